@@ -1,0 +1,3 @@
+"""Spur: a Slurm-compatible HPC workload manager."""
+
+__version__ = "0.1.0"

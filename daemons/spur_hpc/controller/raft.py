@@ -1,0 +1,286 @@
+"""The one pysyncobj SyncObj of the controller.
+
+All replicated changes go through ONE replicated method, apply_record(record): pysyncobj numbers
+replicated methods by sorted name, so adding a method per operation would silently renumber them in a
+mixed-version cluster. What pysyncobj leaves undone is done here: fsync of the journal before an entry
+is acknowledged, a deadline on every write, elections held back on a member that joins with an empty
+store until it has caught up, and a member that cannot read a record stops instead of guessing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pysyncobj.syncobj as _syncobj_module
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+
+from spur_hpc.controller import wal
+from spur_hpc.controller.state import ClusterState
+
+log = logging.getLogger("spurctld.raft")
+
+# A joining member with an empty store does not stand for election until it caught up: with these
+# timeouts its election timer never fires, so it can vote for members that hold data but never win.
+_NO_ELECTION_SECS = 10.0**7
+
+
+class RaftError(Exception):
+    """Base of the errors a replicated write can end with."""
+
+
+class NoLeaderError(RaftError):
+    """No leader is known: the cluster has no quorum, or an election is running."""
+
+
+class UnknownOutcomeError(RaftError):
+    """The write timed out or leadership changed: it may or may not have been committed."""
+
+
+class StalledError(RaftError):
+    """This member stopped applying records it cannot read."""
+
+
+class _FsyncMetaStorer(MetaStorer):
+    """Term and vote reach the disk before any message that reflects them is sent."""
+
+    def storeMeta(self, meta: dict[str, Any]) -> None:  # noqa: N802 (pysyncobj's name)
+        from pysyncobj.pickle import dumps
+
+        path = self.getPath()
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(dumps(meta))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableJournal(FileJournal):
+    """pysyncobj's FileJournal writes through mmap and never syncs; this one msyncs every entry before
+    pysyncobj can acknowledge it (followers answer AppendEntries right after add())."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._FileJournal__metaStorer = _FsyncMetaStorer(path + ".meta")
+        self._bulk = False
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        if not self._bulk:
+            self.flush()
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 (pysyncobj's name)
+        # Compaction rewrites the whole tail: sync once at the end, not per entry.
+        self._bulk = True
+        try:
+            super().deleteEntriesTo(entryTo)
+        finally:
+            self._bulk = False
+        self.flush()
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802
+        super().deleteEntriesFrom(entryFrom)
+        self.flush()
+
+
+def _create_journal(journal_file: str | None = None):
+    return DurableJournal(journal_file) if journal_file else MemoryJournal()
+
+
+# pysyncobj builds its journal through this module-level name; route it to the durable journal.
+_syncobj_module.createJournal = _create_journal
+
+
+@dataclass(frozen=True)
+class RaftSettings:
+    self_addr: str
+    other_addrs: tuple[str, ...]
+    journal_file: str
+    dump_file: str
+    password: str
+    append_entries_period: float = 0.02
+    election_min: float = 0.3
+    election_max: float = 0.8
+    leader_fallback: float = 1.0
+    connection_retry: float = 0.25
+    compaction_entries: int = 5000
+    hold_elections: bool = False
+
+
+def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
+    hold = s.hold_elections
+    return SyncObjConf(
+        journalFile=s.journal_file,
+        fullDumpFile=s.dump_file,  # never journalFile alone: compaction would lose the state
+        bindAddress=s.self_addr,
+        password=s.password,
+        autoTick=False,
+        appendEntriesUseBatch=True,
+        appendEntriesPeriod=s.append_entries_period,
+        autoTickPeriod=min(0.01, s.append_entries_period / 2),
+        raftMinTimeout=_NO_ELECTION_SECS if hold else s.election_min,
+        raftMaxTimeout=_NO_ELECTION_SECS + 1 if hold else s.election_max,
+        # Idle follower-follower links must not be declared dead (that loses the first vote request);
+        # dead peers are found by TCP keepalive and the Raft timers instead.
+        connectionTimeout=_NO_ELECTION_SECS + 1 if hold else max(60.0, s.election_max),
+        connectionRetryTime=s.connection_retry,
+        leaderFallbackTimeout=s.leader_fallback,
+        commandsWaitLeader=True,
+        commandsQueueSize=20000,
+        logCompactionMinEntries=s.compaction_entries,
+        logCompactionMinTime=300,
+        dynamicMembershipChange=False,
+    )
+
+
+class SpurRaft(SyncObj):
+    """The replicated controller state. Attributes set before SyncObj.__init__ stay out of snapshots."""
+
+    def __init__(self, settings: RaftSettings) -> None:
+        self._settings = settings
+        self._conf = make_syncobj_conf(settings)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._tick_thread: threading.Thread | None = None
+        self._apply_listeners: list = []
+        self._holding_elections = settings.hold_elections
+        super().__init__(settings.self_addr, list(settings.other_addrs), conf=self._conf)
+        # Created after SyncObj.__init__: this is the snapshot.
+        self._state = ClusterState()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._tick_thread = threading.Thread(target=self._tick_loop, name="raft-tick", daemon=True)
+        self._tick_thread.start()
+
+    def _tick_loop(self) -> None:
+        period = self._conf.autoTickPeriod
+        while not self._stopping.is_set():
+            try:
+                self.doTick(period)
+            except Exception:  # a tick must never kill the thread silently
+                log.exception("raft tick failed")
+                time.sleep(period)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._tick_thread is not None:
+            self._tick_thread.join(timeout=5)
+        try:
+            self.destroy()
+        except Exception:
+            log.exception("raft shutdown")
+
+    def release_elections(self) -> None:
+        """A joiner that caught up takes part in elections from now on."""
+        if not self._holding_elections:
+            return
+        s = self._settings
+        self._conf.raftMinTimeout = s.election_min
+        self._conf.raftMaxTimeout = s.election_max
+        self._conf.connectionTimeout = max(60.0, s.election_max)
+        # pysyncobj keeps the next deadline privately; restart it with the normal timeout.
+        self._SyncObj__raftElectionDeadline = time.monotonic() + s.election_max
+        self._holding_elections = False
+        log.info("caught up with the cluster; this member now takes part in elections")
+
+    # ---------------------------------------------------------------- the one replicated method
+
+    @replicated
+    def apply_record(self, record):
+        with self._lock:
+            result = self._state.apply(record)
+            stalled = self._state.stalled
+        if stalled is not None and result.get("code") == "stalled":
+            log.critical("stopped applying the replicated log: %s", stalled["reason"])
+        for listener in self._apply_listeners:
+            try:
+                listener(record, result)
+            except Exception:
+                log.exception("apply listener failed")
+        return result
+
+    def add_apply_listener(self, fn) -> None:
+        """fn(record, result) runs on the tick thread after each record: keep it short, never block."""
+        self._apply_listeners.append(fn)
+
+    # ---------------------------------------------------------------- writes
+
+    def propose(self, record: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Commit one record and return its result; raises a RaftError subclass or WalLevelError."""
+        with self._lock:
+            if self._state.stalled is not None:
+                raise StalledError(f"this controller stopped applying the log: {self._state.stalled['reason']}")
+            enabled = self._state.wal_level
+        wal.check_level(record, enabled)
+        if self.leader_addr() is None and not self._conf.commandsWaitLeader:
+            raise NoLeaderError("no leader")
+        try:
+            return self.apply_record(record, sync=True, timeout=timeout)
+        except _syncobj_module.SyncObjException as exc:
+            code = exc.errorCode
+            if code == _syncobj_module.FAIL_REASON.MISSING_LEADER or (code == "Timeout" and self.leader_addr() is None):
+                raise NoLeaderError("no controller is leader right now (no quorum or an election is running)") from None
+            raise UnknownOutcomeError(f"the write did not complete in {timeout:.1f} s ({code}); its outcome is unknown") from None
+
+    # ---------------------------------------------------------------- reads
+
+    def read(self, fn):
+        """Run fn(state) under the state lock and return its result (a local, possibly stale read)."""
+        with self._lock:
+            return fn(self._state)
+
+    def leader_addr(self) -> str | None:
+        leader = self._getLeader()
+        return leader.id if leader is not None else None
+
+    def is_leader(self) -> bool:
+        return self._isLeader()
+
+    def role(self) -> str:
+        state = self._SyncObj__raftState
+        return {0: "follower", 1: "candidate", 2: "leader"}.get(state, "unknown")
+
+    def term(self) -> int:
+        return self._getTerm()
+
+    def commit_index(self) -> int:
+        return self.raftCommitIndex
+
+    def applied_index(self) -> int:
+        return self.raftLastApplied
+
+    def has_quorum(self) -> bool:
+        return self.hasQuorum
+
+    def holding_elections(self) -> bool:
+        return self._holding_elections
+
+    def follower_match(self) -> dict[str, int]:
+        """On the leader: each follower's replicated index (for lag)."""
+        try:
+            return {node.id: idx for node, idx in dict(self._SyncObj__raftMatchIndex).items()}
+        except RuntimeError:
+            return {}
+
+    def connected_peers(self) -> list[str]:
+        try:
+            return sorted(n.id for n in set(self._SyncObj__connectedNodes))
+        except RuntimeError:
+            return []

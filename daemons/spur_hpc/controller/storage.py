@@ -1,0 +1,152 @@
+"""The controller's state directory: journal, snapshot, identity file, and their checks at start.
+
+A controller never serves from files it cannot read: a truncated or corrupt journal or snapshot, or
+one written by a newer release, stops the start with one line naming the file and the way out.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from spur_hpc.controller.state import StateFormatError
+
+JOURNAL = "raft.journal"
+DUMP = "raft.dump"
+IDENTITY = "cluster.json"
+IDENTITY_FORMAT = 1
+
+# pysyncobj 0.3.17 FileJournal layout: name(24) version(8) format(4) last_record_offset(4), then records
+# of size(4) + [idx(8) term(8) command] + size(4).
+_HEADER = 40
+_LAST_OFFSET_AT = 36
+_JOURNAL_MAGIC = b"PYSYNCOBJ"
+
+RECOVERY_HINT = (
+    "to recover, stop this controller, move its state_dir aside and start it again: it rejoins the "
+    "cluster from the other members (docs/reliability.md)"
+)
+
+
+class StorageError(Exception):
+    """A state file cannot be trusted; the message names the file and the recovery."""
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    state_dir: str
+
+    @property
+    def journal(self) -> str:
+        return os.path.join(self.state_dir, JOURNAL)
+
+    @property
+    def dump(self) -> str:
+        return os.path.join(self.state_dir, DUMP)
+
+    @property
+    def identity(self) -> str:
+        return os.path.join(self.state_dir, IDENTITY)
+
+
+def prepare(paths: StatePaths) -> None:
+    try:
+        os.makedirs(paths.state_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"[controller] state_dir {paths.state_dir}: cannot create it ({exc.strerror})") from None
+    if not os.access(paths.state_dir, os.W_OK):
+        raise StorageError(f"[controller] state_dir {paths.state_dir}: not writable by this user; fix its owner")
+
+
+def journal_records(path: str) -> int:
+    """Count the records of a pysyncobj journal, checking its structure; StorageError when damaged."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return 0
+    if len(data) < _HEADER or not data.startswith(_JOURNAL_MAGIC):
+        raise StorageError(f"journal {path} has no valid header (truncated or not a journal); {RECOVERY_HINT}")
+    (last,) = struct.unpack_from("<I", data, _LAST_OFFSET_AT)
+    if last < _HEADER or last > len(data):
+        raise StorageError(
+            f"journal {path} says it holds {last} bytes but the file has {len(data)} (truncated); {RECOVERY_HINT}"
+        )
+    offset, count = _HEADER, 0
+    while offset < last:
+        if offset + 4 > last:
+            raise StorageError(f"journal {path} is damaged at byte {offset}; {RECOVERY_HINT}")
+        (size,) = struct.unpack_from("<I", data, offset)
+        end = offset + 4 + size
+        if size < 16 or end + 4 > last or struct.unpack_from("<I", data, end)[0] != size:
+            raise StorageError(f"journal {path} is damaged at byte {offset} (record {count + 1}); {RECOVERY_HINT}")
+        offset = end + 4
+        count += 1
+    return count
+
+
+def check_dump(path: str) -> bool:
+    """True when a snapshot exists and this release can read it; StorageError when it cannot."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with gzip.open(path, "rb") as fh:
+            data = pickle.load(fh)
+    except StateFormatError as exc:
+        raise StorageError(f"snapshot {path}: {exc}; install the release that wrote it or a newer one") from None
+    except Exception as exc:
+        raise StorageError(f"snapshot {path} cannot be read ({type(exc).__name__}: {exc}); {RECOVERY_HINT}") from None
+    if not isinstance(data, tuple) or len(data) < 4 or not isinstance(data[0], dict) or "_state" not in data[0]:
+        raise StorageError(f"snapshot {path} is not a Spur controller snapshot; {RECOVERY_HINT}")
+    return True
+
+
+def read_identity(paths: StatePaths) -> dict[str, Any] | None:
+    try:
+        with open(paths.identity, encoding="utf-8") as fh:
+            identity = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"identity file {paths.identity} cannot be read ({exc}); {RECOVERY_HINT}") from None
+    if identity.get("format", 0) > IDENTITY_FORMAT:
+        raise StorageError(f"identity file {paths.identity} was written by a newer release; install it or a newer one")
+    return identity
+
+
+def write_identity(paths: StatePaths, name: str, cluster_id: str, members: list[str]) -> None:
+    body = json.dumps(
+        {"format": IDENTITY_FORMAT, "cluster_name": name, "cluster_id": cluster_id, "members": sorted(members)},
+        indent=2,
+    )
+    atomic_write(paths.identity, body.encode())
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write to a temporary file, fsync, rename into place, fsync the directory."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def has_data(paths: StatePaths) -> bool:
+    """True when this member holds Raft state of its own (then it never asks peers before starting)."""
+    has_dump = check_dump(paths.dump)
+    records = journal_records(paths.journal)
+    # pysyncobj writes one NO_OP record into a fresh journal; more than that is real state.
+    return has_dump or records > 1 or os.path.exists(paths.identity)

@@ -1,0 +1,114 @@
+"""The small base every Spur daemon shares: arguments, logging, signals, run loop, shutdown.
+
+spurctld, spurd and spurstepd subclass Daemon and fill in start() / stop(); their console-script
+main() is one line. SIGTERM and SIGINT ask for a clean stop once (a second one exits at once),
+SIGHUP calls reload().
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from spur_hpc import buildinfo
+from spur_hpc.conf import ConfigError
+
+
+class StartupError(Exception):
+    """A daemon refuses to start: the message says why and what to do (one line)."""
+
+
+class Daemon:
+    program = "spur"
+    description = ""
+    conf_role: str | None = None
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.exit_code = 0
+        self.log = logging.getLogger(self.program)
+        self._term_count = 0
+
+    # -- to override ------------------------------------------------------------------------
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--conf", "-f", help="spur.conf path (default: $SPUR_CONF or /etc/spur/spur.conf)")
+
+    def configure(self, args: argparse.Namespace) -> None:
+        """Read and validate configuration; raise ConfigError or StartupError."""
+
+    def start(self) -> None:
+        """Start serving (may block briefly); raise StartupError to refuse."""
+
+    def stop(self) -> None:
+        """Stop serving; called once from the main thread."""
+
+    def reload(self) -> None:
+        self.log.info("SIGHUP: nothing to reload")
+
+    def wait(self) -> None:
+        """Block until asked to stop (override to watch something else too)."""
+        while not self.stopping.wait(0.5):
+            pass
+
+    # -- the run loop ------------------------------------------------------------------------
+    def request_stop(self, code: int = 0) -> None:
+        if code and not self.exit_code:
+            self.exit_code = code
+        self.stopping.set()
+
+    def _on_term(self, signum, _frame) -> None:
+        self._term_count += 1
+        if self._term_count > 1:
+            self.log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(1)
+        self.log.info("%s: shutting down", signal.Signals(signum).name)
+        self.stopping.set()
+
+    def _on_hup(self, _signum, _frame) -> None:
+        threading.Thread(target=self.reload, daemon=True).start()
+
+    def main(self, argv: list[str] | None = None) -> int:
+        parser = argparse.ArgumentParser(prog=self.program, description=self.description)
+        parser.add_argument("--version", action="store_true", help="print version and build, then exit")
+        parser.add_argument("--log-level", help="override [log] level")
+        self.add_arguments(parser)
+        args = parser.parse_args(argv)
+        if args.version:
+            print(buildinfo.describe(self.program))
+            return 0
+        logging.basicConfig(
+            level=(args.log_level or "INFO").upper(),
+            format=f"%(asctime)s {self.program}[%(process)d] %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        try:
+            self.configure(args)
+            signal.signal(signal.SIGTERM, self._on_term)
+            signal.signal(signal.SIGINT, self._on_term)
+            signal.signal(signal.SIGHUP, self._on_hup)
+            self.start()
+        except (ConfigError, StartupError) as exc:
+            print(f"{self.program}: error: {exc}", file=sys.stderr)
+            self._safe_stop()
+            return 2
+        self.log.info("%s started", buildinfo.describe(self.program))
+        try:
+            self.wait()
+        finally:
+            self._safe_stop()
+        self.log.info("stopped")
+        return self.exit_code
+
+    def _safe_stop(self) -> None:
+        try:
+            self.stop()
+        except Exception:
+            self.log.exception("error while stopping")
+
+
+def set_log_level(level: str) -> None:
+    logging.getLogger().setLevel(level.upper())
