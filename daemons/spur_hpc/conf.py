@@ -357,7 +357,9 @@ def _validate_controller(conf: Config) -> None:
             "add it, or fix raft_addr",
         )
     if len(peers) == 2:
-        raise _fail("controller", "peers", "2 controllers cannot survive the loss of either", "use 1, 3 or 5 controllers")
+        raise _fail(
+            "controller", "peers", "2 controllers cannot survive the loss of either", "use 1, 3 or 5 controllers"
+        )
     if not c.state_dir:
         raise _fail("controller", "state_dir", "empty", "set a directory for the Raft journal, like /var/lib/spur/ctld")
     if c.heartbeat_timeout_secs <= 0:
@@ -386,7 +388,12 @@ def _validate_controller(conf: Config) -> None:
         )
     for key in ("scheduler_interval_ms", "grpc_workers", "log_compaction_entries", "leader_fallback_ms"):
         if getattr(c, key) <= 0:
-            raise _fail("controller", key, f"{getattr(c, key)} is not positive", f"use the default {SCHEMA['controller'][key][1]}")
+            raise _fail(
+                "controller",
+                key,
+                f"{getattr(c, key)} is not positive",
+                f"use the default {SCHEMA['controller'][key][1]}",
+            )
     if c.write_timeout_secs <= 0:
         raise _fail("controller", "write_timeout_secs", f"{c.write_timeout_secs} is not positive", "use 5")
     check_secret_file("controller", "raft_secret_file", c.raft_secret_file)

@@ -237,7 +237,9 @@ class SpurRaft(SyncObj):
             code = exc.errorCode
             if code == _syncobj_module.FAIL_REASON.MISSING_LEADER or (code == "Timeout" and self.leader_addr() is None):
                 raise NoLeaderError("no controller is leader right now (no quorum or an election is running)") from None
-            raise UnknownOutcomeError(f"the write did not complete in {timeout:.1f} s ({code}); its outcome is unknown") from None
+            raise UnknownOutcomeError(
+                f"the write did not complete in {timeout:.1f} s ({code}); its outcome is unknown"
+            ) from None
 
     # ---------------------------------------------------------------- reads
 

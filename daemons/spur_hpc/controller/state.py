@@ -382,8 +382,9 @@ class ClusterState:
             return err("invalid", f"{state} is not an end state")
         if job["cancel_requested"] and state != NODE_FAIL:
             state = CANCELLED
-        self._finish(job, state, float(r["time"]), int(r.get("exit_code", 0)), int(r.get("signal", 0)),
-                     r.get("reason", ""))
+        self._finish(
+            job, state, float(r["time"]), int(r.get("exit_code", 0)), int(r.get("signal", 0)), r.get("reason", "")
+        )
         return ok(accepted=True, state=state)
 
     def _op_job_cancel(self, r: dict[str, Any]) -> dict[str, Any]:
@@ -396,15 +397,19 @@ class ClusterState:
             job.update(state=CANCELLED, end_time=float(r["time"]), reason=f"cancelled by {r.get('by') or 'user'}")
             return ok(already_finished=False, state=CANCELLED, signal_agent=False)
         job["cancel_requested"] = True
-        return ok(already_finished=False, state=RUNNING, signal_agent=True, nodes=list(job["nodes"]),
-                  attempt=job["attempt"])
+        return ok(
+            already_finished=False, state=RUNNING, signal_agent=True, nodes=list(job["nodes"]), attempt=job["attempt"]
+        )
 
     def _op_jobs_purge(self, r: dict[str, Any]) -> dict[str, Any]:
         """Forget finished jobs that ended before r['before'] (accounting keeps their history)."""
         before = float(r["before"])
         keep_ids = set(r.get("keep", []))
-        gone = [j for j, job in self.jobs.items()
-                if job["state"] in FINISHED_STATES and job["end_time"] < before and j not in keep_ids]
+        gone = [
+            j
+            for j, job in self.jobs.items()
+            if job["state"] in FINISHED_STATES and job["end_time"] < before and j not in keep_ids
+        ]
         for job_id in gone:
             key = self.jobs.pop(job_id).get("key")
             if key:

@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` and `make test`. Each sets itself up on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: setup test test-unit test-integration lint demo demo-down bench clean protos
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+setup: $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check daemons tests tools bench
+	$(BIN)/python tools/gen_protos.py --check
+
+test: setup lint
+	$(BIN)/python -m pytest -q tests
+
+test-unit: setup
+	$(BIN)/python -m pytest -q tests/unit
+
+demo: setup
+	$(BIN)/python tools/demo.py up
+
+demo-down: setup
+	$(BIN)/python tools/demo.py down
+
+protos: setup
+	$(BIN)/python tools/gen_protos.py
+
+clean:
+	rm -rf $(VENV) .spur-demo .pytest_cache

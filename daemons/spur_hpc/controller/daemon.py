@@ -1,0 +1,481 @@
+"""spurctld: the controller daemon. Wires config, state directory, safe bootstrap, Raft, gRPC and probes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import grpc
+
+from spur_hpc import buildinfo, grpcutil
+from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret
+from spur_hpc.controller import bootstrap, storage, wal
+from spur_hpc.controller.grpc_api import (
+    ControllerServicer,
+    RaftInternalServicer,
+    empty_probe_reply,
+    job_to_pb,
+)
+from spur_hpc.controller.leader import LeaderDuties
+from spur_hpc.controller.metrics import ControllerCollector, render
+from spur_hpc.controller.raft import RaftSettings, SpurRaft
+from spur_hpc.controller.service import ControllerService
+from spur_hpc.daemon import Daemon, StartupError, set_log_level
+from spur_hpc.httpprobe import ProbeServer, json_response, text_response
+from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
+
+log = logging.getLogger("spurctld")
+
+# Ops after which the scheduler should look again at once.
+_SCHEDULING_OPS = frozenset(
+    {"job_submit", "job_end", "job_cancel", "job_requeue", "node_register", "node_resume", "job_release"}
+)
+JOINING_MARKER = "joining"
+
+
+class ControllerDaemon(Daemon):
+    program = "spurctld"
+    description = "Spur controller: one replica of the Raft-replicated cluster state."
+    conf_role = "controller"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conf: Config | None = None
+        self.raft: SpurRaft | None = None
+        self.service: ControllerService | None = None
+        self.duties: LeaderDuties | None = None
+        self.grpc_server: grpc.Server | None = None
+        self.probe: ProbeServer | None = None
+        self.members: list[str] = []
+        self.had_data = False
+        self.identity: dict[str, Any] | None = None
+        self.joining: bootstrap.Decision | None = None
+        self.phase = "starting"
+        self.watcher: threading.Thread | None = None
+        self.last_announce = 0.0
+        self.raft_stopped_for_stall = False
+
+    # ---------------------------------------------------------------- configuration
+
+    def configure(self, args: argparse.Namespace) -> None:
+        self.conf = load(args.conf, role="controller")
+        if not args.log_level:
+            set_log_level(self.conf.log.level)
+        c = self.conf.controller
+        self.raft_addr = normalize_addr(c.raft_addr, RAFT_PORT)
+        self.grpc_addr = normalize_addr(c.listen_addr, CONTROLLER_GRPC_PORT)
+        self.peers = [normalize_addr(p, RAFT_PORT) for p in c.peers]
+        self.hosts = [normalize_addr(h, CONTROLLER_GRPC_PORT) for h in c.hosts]
+        self.secret = read_secret(c.raft_secret_file)
+        self.paths = storage.StatePaths(c.state_dir)
+        if len(self.peers) > 1 and len(self.hosts) < len(self.peers):
+            raise StartupError(
+                f"[controller] hosts lists {len(self.hosts)} controllers but peers lists {len(self.peers)}; "
+                "hosts must give the gRPC address of every controller so an empty member can ask them at start"
+            )
+        if c.heartbeat_timeout_secs < 30:
+            log.warning(
+                "[controller] heartbeat_timeout_secs = %s: an agent restart longer than that marks the node DOWN "
+                "and fails its jobs; 30 s or more is safer (60 is the default)",
+                c.heartbeat_timeout_secs,
+            )
+
+    # ---------------------------------------------------------------- start
+
+    def start(self) -> None:
+        try:
+            storage.prepare(self.paths)
+            self._forget_unfinished_join()
+            self.had_data = storage.has_data(self.paths)
+            self.identity = storage.read_identity(self.paths)
+        except storage.StorageError as exc:
+            raise StartupError(str(exc)) from None
+        self._start_servers()
+        self.members = self._choose_membership()
+        settings = RaftSettings(
+            self_addr=self.raft_addr,
+            other_addrs=tuple(m for m in self.members if m != self.raft_addr),
+            journal_file=self.paths.journal,
+            dump_file=self.paths.dump,
+            password=self.secret,
+            append_entries_period=self.conf.controller.append_entries_period_ms / 1000,
+            election_min=self.conf.controller.election_timeout_min_ms / 1000,
+            election_max=self.conf.controller.election_timeout_max_ms / 1000,
+            leader_fallback=self.conf.controller.leader_fallback_ms / 1000,
+            connection_retry=self.conf.controller.connection_retry_ms / 1000,
+            compaction_entries=self.conf.controller.log_compaction_entries,
+            hold_elections=self.joining is not None,
+        )
+        try:
+            self.raft = SpurRaft(settings)
+        except Exception as exc:
+            raise StartupError(
+                f"[controller] raft_addr {self.raft_addr}: cannot start Raft there ({exc}); "
+                "is another spurctld using it, or is the address not on this host?"
+            ) from None
+        self.service = ControllerService(self.conf, self.raft, self.member_grpc)
+        self.duties = LeaderDuties(self.service, job_to_pb, self._bootstrap_cluster)
+        self.raft.add_apply_listener(self._on_apply)
+        self.raft.start()
+        self.duties.start()
+        self.phase = "joining" if self.joining else "running"
+        self.watcher = threading.Thread(target=self._watch, name="member-watch", daemon=True)
+        self.watcher.start()
+        log.info(
+            "Raft member %s with peers %s (grpc %s, probes %s)",
+            self.raft_addr,
+            ", ".join(settings.other_addrs) or "none",
+            self.grpc_addr,
+            self.conf.controller.probe_addr,
+        )
+
+    def _forget_unfinished_join(self) -> None:
+        """A member that crashed while still catching up holds a partial copy: start it empty again."""
+        marker = os.path.join(self.paths.state_dir, JOINING_MARKER)
+        if not os.path.exists(marker):
+            return
+        log.warning(
+            "this member stopped before it caught up with the cluster last time: discarding its partial "
+            "copy and asking the peers again"
+        )
+        for path in (self.paths.journal, self.paths.journal + ".meta", self.paths.dump, self.paths.identity):
+            if os.path.exists(path):
+                os.unlink(path)
+        os.unlink(marker)
+
+    def _start_servers(self) -> None:
+        try:
+            server, _port = grpcutil.create_server(self.grpc_addr, self.conf.controller.grpc_workers)
+            slurm_pb2_grpc.add_SlurmControllerServicer_to_server(ControllerServicer(self), server)
+            raft_internal_pb2_grpc.add_RaftInternalServicer_to_server(RaftInternalServicer(self), server)
+            server.start()
+            self.grpc_server = server
+            self.probe = ProbeServer(
+                self.conf.controller.probe_addr,
+                {
+                    "/livez": self._livez,
+                    "/readyz": self._readyz,
+                    "/status": lambda: json_response(200, self.status()),
+                    "/metrics/nodes": self._metrics_nodes,
+                    "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.collector)),
+                },
+            )
+            self.collector = ControllerCollector(self.status, self._state_reader)
+            self.probe.start()
+        except OSError as exc:
+            raise StartupError(str(exc)) from None
+
+    def _choose_membership(self) -> list[str]:
+        if self.had_data:
+            if self.identity:
+                committed = sorted(self.identity["members"])
+                if sorted(self.peers) != committed:
+                    log.warning(
+                        "[controller] peers (%s) differ from this cluster's committed membership (%s); running with "
+                        "the committed membership: the replica set is fixed at first bootstrap",
+                        ", ".join(sorted(self.peers)),
+                        ", ".join(committed),
+                    )
+                return committed
+            log.warning("this member holds Raft data but no %s yet; using [controller] peers", storage.IDENTITY)
+            return sorted(self.peers)
+        others = [h for h in self.hosts if h != self.grpc_addr]
+        if len(self.peers) == 1 and not others:
+            log.info("empty Raft store and no peers: bootstrapping a one-controller cluster")
+            return list(self.peers)
+        self.phase = "probing"
+        decision = bootstrap.decide(
+            others,
+            self.raft_addr,
+            self.conf.cluster.name,
+            self.conf.controller.bootstrap_probe_timeout_secs,
+            stop=self.stopping.is_set,
+            wait_limit=self.conf.controller.bootstrap_wait_secs,
+        )
+        if decision.action == "refuse":
+            raise StartupError(f"refusing to start: {decision.message}")
+        log.info(decision.message)
+        if decision.action == "join":
+            self.joining = decision
+            storage.atomic_write(os.path.join(self.paths.state_dir, JOINING_MARKER), b"joining\n")
+            return sorted(decision.members)
+        return sorted(self.peers)
+
+    def _bootstrap_cluster(self) -> None:
+        """Called on the leader: give a fresh cluster its name, id, membership and WAL level once."""
+        if self.raft.read(lambda s: bool(s.cluster_id)):
+            return
+        self.service.write(
+            "cluster_init",
+            name=self.conf.cluster.name,
+            cluster_id=str(uuid.uuid4()),
+            members=self.members,
+            wal_level=wal.MAX_WAL_LEVEL,
+        )
+        log.info("initialised cluster %s", self.conf.cluster.name)
+
+    # ---------------------------------------------------------------- background watch
+
+    def _on_apply(self, record: dict[str, Any], result: dict[str, Any]) -> None:
+        if record.get("op") in _SCHEDULING_OPS and self.duties is not None and self.raft.is_leader():
+            self.duties.poke()
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(0.2):
+            try:
+                self._watch_once()
+            except Exception:
+                log.exception("member watch failed")
+
+    def _watch_once(self) -> None:
+        raft = self.raft
+        snapshot = raft.read(
+            lambda s: (s.cluster_name, s.cluster_id, list(s.members), s.stalled, s.member_info.get(self.raft_addr))
+        )
+        name, cluster_id, members, stalled, my_info = snapshot
+        if stalled is not None and not self.raft_stopped_for_stall:
+            self.raft_stopped_for_stall = True
+            self.phase = "stalled"
+            log.critical(
+                "this controller cannot read the replicated log (%s); it left the Raft cluster and keeps "
+                "answering probes. Install a release that reads it, then restart spurctld",
+                stalled["reason"],
+            )
+            raft.stop()
+            return
+        if self.raft_stopped_for_stall:
+            return
+        if cluster_id and (self.identity is None or self.identity.get("cluster_id") != cluster_id):
+            storage.write_identity(self.paths, name, cluster_id, members)
+            self.identity = storage.read_identity(self.paths)
+        if self.joining is not None:
+            target = self.joining.commit_index
+            if cluster_id == self.joining.cluster_id and raft.applied_index() >= target:
+                raft.release_elections()
+                os.unlink(os.path.join(self.paths.state_dir, JOINING_MARKER))
+                self.joining = None
+                self.phase = "running"
+            return
+        mine = {
+            "grpc_addr": self.grpc_addr,
+            "version": buildinfo.version(),
+            "build": buildinfo.build(),
+            "max_level": wal.MAX_WAL_LEVEL,
+        }
+        now = time.monotonic()
+        if cluster_id and my_info != mine and raft.leader_addr() and now - self.last_announce > 2.0:
+            self.last_announce = now
+            threading.Thread(target=self._announce, args=(mine,), daemon=True).start()
+
+    def _announce(self, mine: dict[str, Any]) -> None:
+        try:
+            self.service.write("member_announce", raft_addr=self.raft_addr, **mine)
+        except Exception as exc:
+            log.info("member announce deferred: %s", exc)
+
+    # ---------------------------------------------------------------- facts for probes and RPCs
+
+    def _state_reader(self, fn):
+        return self.raft.read(fn) if self.raft is not None else None
+
+    def member_grpc(self, raft_addr: str | None) -> str | None:
+        if raft_addr is None or self.raft is None:
+            return None
+        info = self.raft.read(lambda s: s.member_info.get(raft_addr))
+        return info["grpc_addr"] if info else None
+
+    def leader_grpc(self) -> str | None:
+        return self.member_grpc(self.raft.leader_addr()) if self.raft else None
+
+    def poke_scheduler(self) -> None:
+        if self.duties is not None:
+            self.duties.poke()
+
+    def kill_job_everywhere(self, job_id: int) -> None:
+        job = self.service.get_job(job_id)
+        if self.raft.is_leader():
+            self.duties.pool.submit(self.duties.signal_job, job_id, job["attempt"], job["nodes"], 0)
+
+    def status(self) -> dict[str, Any]:
+        base = {
+            "raft_addr": self.raft_addr,
+            "grpc_addr": self.grpc_addr,
+            "version": buildinfo.version(),
+            "build": buildinfo.build(),
+            "max_wal_level": wal.MAX_WAL_LEVEL,
+            "phase": self.phase,
+            "accounting": {"enabled": False},
+        }
+        raft = self.raft
+        if raft is None:
+            base.update(
+                role="starting",
+                leader=None,
+                leader_grpc=None,
+                term=0,
+                members=[],
+                commit_index=0,
+                applied_index=0,
+                cluster_name=self.conf.cluster.name,
+                cluster_id="",
+                wal_level=0,
+                has_quorum=False,
+                stalled=None,
+            )
+            return base
+
+        def facts(s):
+            return {
+                "cluster_name": s.cluster_name or self.conf.cluster.name,
+                "cluster_id": s.cluster_id,
+                "members": list(s.members) or list(self.members),
+                "member_info": {k: dict(v) for k, v in s.member_info.items()},
+                "wal_level": s.wal_level,
+                "stalled": dict(s.stalled) if s.stalled else None,
+                "next_job_id": s.next_job_id,
+                "nodes": len(s.nodes),
+                "jobs": len(s.jobs),
+            }
+
+        base.update(raft.read(facts))
+        leader = raft.leader_addr()
+        role = "stalled" if self.raft_stopped_for_stall else raft.role()
+        commit = raft.commit_index()
+        base.update(
+            role=role,
+            leader=leader,
+            leader_grpc=self.member_grpc(leader),
+            term=raft.term(),
+            commit_index=commit,
+            applied_index=raft.applied_index(),
+            has_quorum=raft.has_quorum(),
+            joining=raft.holding_elections(),
+            connected_peers=raft.connected_peers(),
+        )
+        if role == "leader":
+            base["lag"] = {m: max(0, commit - idx) for m, idx in raft.follower_match().items()}
+        return base
+
+    def ping_reply(self) -> slurm_pb2.PingReply:
+        st = self.status()
+        return slurm_pb2.PingReply(
+            version=st["version"],
+            build=st["build"],
+            role=st["role"],
+            leader=st.get("leader_grpc") or "",
+            cluster_name=st["cluster_name"],
+            cluster_id=st["cluster_id"],
+            term=st["term"],
+            commit_index=st["commit_index"],
+            applied_index=st["applied_index"],
+            wal_level=st["wal_level"],
+            max_wal_level=st["max_wal_level"],
+            raft_addr=self.raft_addr,
+            grpc_addr=self.grpc_addr,
+        )
+
+    def cluster_info(self) -> slurm_pb2.ClusterInfo:
+        st = self.status()
+        return slurm_pb2.ClusterInfo(
+            cluster_name=st["cluster_name"],
+            cluster_id=st["cluster_id"],
+            leader=st.get("leader") or "",
+            leader_grpc=st.get("leader_grpc") or "",
+            term=st["term"],
+            wal_level=st["wal_level"],
+            next_job_id=st.get("next_job_id", 0),
+            members=[
+                slurm_pb2.MemberInfo(
+                    raft_addr=m,
+                    grpc_addr=st.get("member_info", {}).get(m, {}).get("grpc_addr", ""),
+                    version=st.get("member_info", {}).get(m, {}).get("version", ""),
+                    build=st.get("member_info", {}).get(m, {}).get("build", ""),
+                    max_wal_level=st.get("member_info", {}).get(m, {}).get("max_level", 0),
+                )
+                for m in st["members"]
+            ],
+        )
+
+    def probe_reply(self) -> raft_internal_pb2.ClusterProbeReply:
+        """The committed membership; a member that holds data but has not loaded it yet says so from its
+        identity file, or answers UNAVAILABLE, never "no cluster"."""
+        from spur_hpc.controller import errors
+
+        reply = empty_probe_reply(self.raft_addr)
+        state = self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members))) if self.raft else None
+        if state and state[1]:
+            name, cluster_id, members = state
+        elif self.had_data and self.identity:
+            name, cluster_id, members = (
+                self.identity["cluster_name"],
+                self.identity["cluster_id"],
+                self.identity["members"],
+            )
+        elif self.had_data:
+            raise errors.Unavailable("this controller holds Raft data and is still loading it; ask again")
+        else:
+            return reply
+        reply.has_cluster = True
+        reply.cluster_name, reply.cluster_id = name, cluster_id
+        reply.members.extend(members)
+        if self.raft is not None:
+            reply.leader = self.raft.leader_addr() or ""
+            reply.term = self.raft.term()
+            reply.commit_index = self.raft.commit_index()
+        return reply
+
+    # ---------------------------------------------------------------- probes
+
+    def _livez(self):
+        alive = (
+            self.raft is None
+            or self.raft_stopped_for_stall
+            or (self.raft._tick_thread is not None and self.raft._tick_thread.is_alive())
+        )
+        return text_response(200 if alive else 503, "alive" if alive else "raft tick thread died")
+
+    def _readyz(self):
+        raft = self.raft
+        if raft is None:
+            return text_response(503, f"not ready: {self.phase}")
+        if self.raft_stopped_for_stall:
+            return text_response(503, "not ready: stalled on a record this release cannot read")
+        if raft.holding_elections():
+            return text_response(503, "not ready: catching up with the cluster")
+        if raft.leader_addr() is None:
+            return text_response(503, "not ready: no leader")
+        if not raft.isReady():
+            return text_response(503, "not ready: replaying the log")
+        return text_response(200, "ready")
+
+    def _metrics_nodes(self):
+        raft = self.raft
+        if raft is None or self.raft_stopped_for_stall or not raft.is_leader() or not raft.has_quorum():
+            return json_response(503, {"role": self.status()["role"], "leader": raft.leader_addr() if raft else None})
+        nodes = raft.read(lambda s: {n: s.node_state(node) for n, node in s.nodes.items()})
+        return json_response(200, {"role": "leader", "nodes": nodes})
+
+    # ---------------------------------------------------------------- stop
+
+    def stop(self) -> None:
+        if self.duties is not None:
+            self.duties.stop()
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=2).wait(3)
+        if self.probe is not None:
+            self.probe.stop()
+        if self.raft is not None and not self.raft_stopped_for_stall:
+            self.raft.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return ControllerDaemon().main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,311 @@
+"""gRPC servicers: translate protobuf <-> domain calls and map domain errors to status codes, once."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from spur_hpc import buildinfo, grpcutil
+from spur_hpc.controller import errors
+from spur_hpc.controller.service import ControllerService
+from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
+
+log = logging.getLogger("spurctld.grpc")
+
+_CODES = [
+    (errors.NotLeader, grpc.StatusCode.UNAVAILABLE),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+]
+
+
+def rpc(method: Callable) -> Callable:
+    """Map domain errors to gRPC status codes; an unexpected error is logged and answered INTERNAL."""
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except errors.ControllerError as exc:
+            for cls, code in _CODES:
+                if isinstance(exc, cls):
+                    if isinstance(exc, errors.NotLeader) and exc.leader:
+                        context.set_trailing_metadata(((grpcutil.LEADER_METADATA_KEY, exc.leader),))
+                    context.abort(code, str(exc))
+            context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        except ValueError as exc:
+            # protobuf enum/field conversions
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception:
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__} failed inside the controller; see its log")
+
+    return wrapper
+
+
+# ------------------------------------------------------------------ conversions
+
+_JOB_STATES = {name: slurm_pb2.JobState.Value(name) for name in slurm_pb2.JobState.keys()}
+_NODE_STATES = {name: slurm_pb2.NodeState.Value(name) for name in slurm_pb2.NodeState.keys()}
+
+SPEC_FIELDS = (
+    "name",
+    "script",
+    "user",
+    "uid",
+    "gid",
+    "work_dir",
+    "stdout_path",
+    "stderr_path",
+    "nodes",
+    "tasks",
+    "cpus_per_task",
+    "memory_mb",
+    "time_limit_secs",
+    "partition",
+    "account",
+)
+
+
+def spec_from_pb(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
+    out = {f: getattr(spec, f) for f in SPEC_FIELDS}
+    out["environment"] = dict(spec.environment)
+    return out
+
+
+def job_to_pb(job: dict[str, Any]) -> slurm_pb2.Job:
+    spec = job["spec"]
+    pb_spec = slurm_pb2.JobSpec(**{f: spec[f] for f in SPEC_FIELDS if f in spec})
+    pb_spec.environment.update(spec.get("environment") or {})
+    return slurm_pb2.Job(
+        job_id=job["job_id"],
+        spec=pb_spec,
+        state=_JOB_STATES[job["state"]],
+        reason=job.get("reason", ""),
+        exit_code=job["exit_code"],
+        signal=job["signal"],
+        submit_time=job["submit_time"],
+        start_time=job["start_time"],
+        end_time=job["end_time"],
+        nodes=job["nodes"],
+        attempt=job["attempt"],
+        cancel_requested=job["cancel_requested"],
+    )
+
+
+def node_to_pb(node: dict[str, Any], last_heartbeat: float = 0.0) -> slurm_pb2.Node:
+    return slurm_pb2.Node(
+        name=node["name"],
+        state=_NODE_STATES[node["state"]],
+        reason=node["reason"],
+        reason_set_by=node["reason_set_by"],
+        reason_time=node["reason_time"],
+        address=node["address"],
+        resources=slurm_pb2.NodeResources(cpus=node["cpus"], memory_mb=node["memory_mb"]),
+        allocated=slurm_pb2.NodeResources(cpus=node["alloc_cpus"], memory_mb=node["alloc_mem"]),
+        job_ids=node["jobs"],
+        version=node["version"],
+        build=node["build"],
+        registered=node["registered"],
+        last_registered=node["last_registered"],
+        last_heartbeat=last_heartbeat,
+        partition=node["partition"],
+        drain=node["drain"],
+    )
+
+
+def _state_name(enum_value: int, states: dict[str, int], what: str) -> str:
+    for name, value in states.items():
+        if value == enum_value:
+            return name
+    raise errors.InvalidArgument(f"{what} {enum_value} is not a known state")
+
+
+# ------------------------------------------------------------------ servicers
+
+
+class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
+    """SlurmController. `node` is the ControllerNode (daemon-side facade: service, duties, status)."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+
+    @property
+    def service(self) -> ControllerService:
+        service = self.node.service
+        if service is None:
+            raise errors.Unavailable("this controller is still starting (probing its peers); try another one")
+        return service
+
+    @rpc
+    def Ping(self, request, context):
+        return self.node.ping_reply()
+
+    @rpc
+    def GetClusterInfo(self, request, context):
+        return self.node.cluster_info()
+
+    @rpc
+    def RegisterAgent(self, request, context):
+        running = [(r.job_id, r.attempt) for r in request.running]
+        result = self.service.register_agent(
+            request.name,
+            request.address,
+            request.resources.cpus,
+            request.resources.memory_mb,
+            request.version,
+            request.build,
+            request.partition,
+            running,
+            request.agent_started,
+        )
+        node = self.service.get_node(request.name)
+        self.node.poke_scheduler()
+        return slurm_pb2.RegisterAgentReply(
+            node=node_to_pb(node),
+            heartbeat_interval_ms=int(self.node.conf.agent.heartbeat_interval_secs * 1000),
+            stale=[slurm_pb2.RunningJob(job_id=j, attempt=a) for j, a in result.get("stale", [])],
+        )
+
+    @rpc
+    def Heartbeat(self, request, context):
+        self.service.require_leader()
+        known = self.service.read(lambda s: request.name in s.nodes and s.nodes[request.name]["registered"])
+        if not known:
+            return slurm_pb2.HeartbeatReply(reregister=True)
+        running = [(r.job_id, r.attempt) for r in request.running]
+        self.node.duties.heartbeat_seen(request.name, running)
+        stale = self.service.read(
+            lambda s: [
+                (j, a)
+                for j, a in running
+                if j not in s.jobs
+                or s.jobs[j]["state"] != "RUNNING"
+                or s.jobs[j]["attempt"] != a
+                or request.name not in s.jobs[j]["nodes"]
+            ]
+        )
+        return slurm_pb2.HeartbeatReply(stale=[slurm_pb2.RunningJob(job_id=j, attempt=a) for j, a in stale])
+
+    @rpc
+    def DeregisterAgent(self, request, context):
+        self.service.deregister_agent(request.name, request.reason)
+        return slurm_pb2.DeregisterAgentReply(node=node_to_pb(self.service.get_node(request.name)))
+
+    @rpc
+    def ListNodes(self, request, context):
+        nodes = self.service.list_nodes(list(request.names))
+        wanted = {_state_name(s, _NODE_STATES, "node state") for s in request.states}
+        seen = self.node.duties.last_seen_wall()
+        return slurm_pb2.ListNodesReply(
+            nodes=[node_to_pb(n, seen.get(n["name"], 0.0)) for n in nodes if not wanted or n["state"] in wanted]
+        )
+
+    @rpc
+    def GetNode(self, request, context):
+        node = self.service.get_node(request.name)
+        return node_to_pb(node, self.node.duties.last_seen_wall().get(request.name, 0.0))
+
+    @rpc
+    def DrainNode(self, request, context):
+        self.service.drain(request.name, request.reason, request.set_by)
+        return node_to_pb(self.service.get_node(request.name))
+
+    @rpc
+    def ResumeNode(self, request, context):
+        self.service.resume(request.name, request.only_if_reason_prefix)
+        self.node.poke_scheduler()
+        return node_to_pb(self.service.get_node(request.name))
+
+    @rpc
+    def UpdateNode(self, request, context):
+        state = _state_name(request.state, _NODE_STATES, "node state")
+        if state in ("DRAINED", "DRAINING"):
+            if not request.reason:
+                raise errors.InvalidArgument("draining a node needs a reason (Reason=...)")
+            self.service.drain(request.name, request.reason, request.set_by)
+        elif state == "IDLE":
+            self.service.resume(request.name)
+        elif state == "DOWN":
+            if not request.reason:
+                raise errors.InvalidArgument("setting a node DOWN needs a reason (Reason=...)")
+            result = self.service.down(request.name, request.reason, request.set_by)
+            for job_id in result.get("failed", []):
+                self.node.kill_job_everywhere(job_id)
+        else:
+            raise errors.InvalidArgument(f"a node can be set to DRAIN, RESUME (IDLE) or DOWN, not {state}")
+        self.node.poke_scheduler()
+        return node_to_pb(self.service.get_node(request.name))
+
+    @rpc
+    def SubmitJob(self, request, context):
+        job_id, duplicate = self.service.submit(spec_from_pb(request.spec), request.idempotency_key)
+        self.node.poke_scheduler()
+        return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
+
+    @rpc
+    def ListJobs(self, request, context):
+        jobs = self.service.list_jobs(
+            job_ids=list(request.job_ids),
+            users=list(request.users),
+            states=[_state_name(s, _JOB_STATES, "job state") for s in request.states],
+            partitions=list(request.partitions),
+            names=list(request.names),
+            include_finished=request.include_finished,
+        )
+        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(j) for j in jobs])
+
+    @rpc
+    def GetJob(self, request, context):
+        return job_to_pb(self.service.get_job(request.job_id))
+
+    @rpc
+    def CancelJob(self, request, context):
+        result = self.service.cancel(request.job_id, request.signal, request.requested_by)
+        if result.get("signal_agent") and self.node.service.raft.is_leader():
+            self.node.duties.signal_job(request.job_id, result["attempt"], result["nodes"], request.signal)
+        elif result.get("signal_agent") and request.signal:
+            raise errors.NotLeader("signals are delivered by the leader", self.node.leader_grpc())
+        job = self.service.get_job(request.job_id)
+        return slurm_pb2.CancelJobReply(job=job_to_pb(job), already_finished=result.get("already_finished", False))
+
+    @rpc
+    def CompleteJob(self, request, context):
+        state = _state_name(request.state, _JOB_STATES, "job state")
+        accepted = self.service.complete(
+            request.job_id, request.attempt, request.node, state, request.exit_code, request.signal, request.end_time
+        )
+        self.node.poke_scheduler()
+        return slurm_pb2.CompleteJobReply(accepted=accepted)
+
+    @rpc
+    def SetWalLevel(self, request, context):
+        result = self.service.set_wal_level(request.level)
+        return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])
+
+
+class RaftInternalServicer(raft_internal_pb2_grpc.RaftInternalServicer):
+    def __init__(self, node) -> None:
+        self.node = node
+
+    @rpc
+    def ClusterProbe(self, request, context):
+        reply = self.node.probe_reply()
+        if request.from_raft_addr:
+            log.info("ClusterProbe from %s: answered has_cluster=%s", request.from_raft_addr, reply.has_cluster)
+        return reply
+
+
+def version_fields() -> dict[str, str]:
+    return {"version": buildinfo.version(), "build": buildinfo.build()}
+
+
+def empty_probe_reply(raft_addr: str) -> raft_internal_pb2.ClusterProbeReply:
+    return raft_internal_pb2.ClusterProbeReply(has_cluster=False, raft_addr=raft_addr, **version_fields())

@@ -1,0 +1,309 @@
+"""What only the leader does: schedule pending jobs, launch them on agents, time out silent nodes,
+follow up cancels and time limits.
+
+Liveness (last heartbeat per node) is kept in memory on the leader and never replicated: a new
+leader gives every node a fresh grace period instead, so heartbeats cost no Raft entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from spur_hpc import grpcutil
+from spur_hpc.controller import errors
+from spur_hpc.controller.service import ControllerService
+from spur_hpc.controller.state import PENDING, RUNNING, ClusterState, per_node_cpus
+from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+
+log = logging.getLogger("spurctld.leader")
+
+LAUNCH_ATTEMPTS = 3
+LAUNCH_RPC_TIMEOUT = 10.0
+SIGNAL_RETRY_SECS = 5.0
+TIME_LIMIT_GRACE_SECS = 60.0  # the supervisor enforces limits; the controller steps in only after this
+
+
+class AgentClients:
+    """One cached channel per agent address."""
+
+    def __init__(self) -> None:
+        self._stubs: dict[str, slurm_pb2_grpc.SlurmAgentStub] = {}
+        self._lock = threading.Lock()
+
+    def stub(self, address: str) -> slurm_pb2_grpc.SlurmAgentStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                stub = slurm_pb2_grpc.SlurmAgentStub(grpcutil.channel(address))
+                self._stubs[address] = stub
+            return stub
+
+
+class LeaderDuties:
+    def __init__(
+        self,
+        service: ControllerService,
+        job_to_pb: Callable[[dict[str, Any]], slurm_pb2.Job],
+        bootstrap_cluster: Callable[[], None],
+    ) -> None:
+        self.service = service
+        self.raft = service.raft
+        self.conf = service.conf
+        self.job_to_pb = job_to_pb
+        self.bootstrap_cluster = bootstrap_cluster
+        self.interval = self.conf.controller.scheduler_interval_ms / 1000.0
+        self.timeout = float(self.conf.controller.heartbeat_timeout_secs)
+        self.agents = AgentClients()
+        self.pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="launch")
+        self.last_seen: dict[str, float] = {}
+        self.last_seen_lock = threading.Lock()
+        self.launching: set[tuple[int, int]] = set()
+        self.signalled: dict[tuple[int, int], float] = {}
+        self.was_leader = False
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="leader-duties", daemon=True)
+        service.on_heartbeat = self.heartbeat_seen
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+        self.thread.join(timeout=5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def poke(self) -> None:
+        """Run the scheduler soon (a job was submitted or resources were freed)."""
+        self.wake.set()
+
+    def heartbeat_seen(self, name: str, _running: list[tuple[int, int]]) -> None:
+        with self.last_seen_lock:
+            self.last_seen[name] = time.monotonic()
+
+    def last_seen_wall(self) -> dict[str, float]:
+        """Last heartbeat per node as wall-clock time (only meaningful on the leader)."""
+        if not self.was_leader:
+            return {}
+        offset = time.time() - time.monotonic()
+        with self.last_seen_lock:
+            return {name: seen + offset for name, seen in self.last_seen.items()}
+
+    # -------------------------------------------------------------- loop
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            self.wake.wait(self.interval)
+            self.wake.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self._tick()
+            except errors.ControllerError as exc:
+                log.info("leader duty deferred: %s", exc)
+            except Exception:
+                log.exception("leader duty failed")
+
+    def _tick(self) -> None:
+        if not self.raft.is_leader() or not self.raft.has_quorum():
+            self.was_leader = False
+            return
+        if not self.was_leader:
+            self._became_leader()
+        self.bootstrap_cluster()
+        self._check_heartbeats()
+        self._schedule()
+        self._follow_up_running()
+
+    def _became_leader(self) -> None:
+        self.was_leader = True
+        now = time.monotonic()
+        names = self.raft.read(lambda s: [n for n, node in s.nodes.items() if node["registered"]])
+        with self.last_seen_lock:
+            self.last_seen = {n: now for n in names}
+        self.launching.clear()
+        self.signalled.clear()
+        log.info("became leader at term %s; %d nodes get a fresh heartbeat grace period", self.raft.term(), len(names))
+
+    # -------------------------------------------------------------- heartbeats
+
+    def _check_heartbeats(self) -> None:
+        now = time.monotonic()
+        registered = self.raft.read(lambda s: [n for n, node in s.nodes.items() if node["registered"]])
+        for name in registered:
+            with self.last_seen_lock:
+                seen = self.last_seen.setdefault(name, now)
+            if now - seen > self.timeout:
+                log.warning("node %s: no heartbeat for %.0f s: DOWN, its jobs NODE_FAIL", name, now - seen)
+                self.service.write("node_lost", name=name, reason="Not responding", time=self.service.clock())
+
+    # -------------------------------------------------------------- scheduling
+
+    def _schedule(self) -> None:
+        plans = self.raft.read(plan_starts)
+        for job_id, nodes in plans:
+            attempt = self.raft.read(lambda s, j=job_id: s.jobs[j]["attempt"]) + 1
+            try:
+                self.service.write("job_start", job_id=job_id, nodes=nodes, attempt=attempt, time=self.service.clock())
+            except errors.Conflict as exc:
+                log.info("job %s not started: %s", job_id, exc)
+                continue
+            self._launch_async(job_id, attempt)
+
+    def _launch_async(self, job_id: int, attempt: int) -> None:
+        key = (job_id, attempt)
+        if key in self.launching:
+            return
+        self.launching.add(key)
+        self.pool.submit(self._launch, job_id, attempt)
+
+    def _launch(self, job_id: int, attempt: int) -> None:
+        try:
+            job = self.service.get_job(job_id)
+            if job["state"] != RUNNING or job["attempt"] != attempt:
+                return
+            head = job["nodes"][0]
+            address = self.raft.read(lambda s: s.nodes[head]["address"])
+            request = slurm_pb2.LaunchJobRequest(job=self.job_to_pb(job))
+            last_error = ""
+            for n in range(LAUNCH_ATTEMPTS):
+                try:
+                    reply = self.agents.stub(address).LaunchJob(request, timeout=LAUNCH_RPC_TIMEOUT)
+                    log.info(
+                        "job %s attempt %s launched on %s (supervisor pid %s)",
+                        job_id,
+                        attempt,
+                        head,
+                        reply.supervisor_pid,
+                    )
+                    return
+                except grpc.RpcError as exc:
+                    last_error = f"{exc.code().name}: {exc.details()}"
+                    if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                        break
+                    time.sleep(0.5 * (n + 1))
+            log.warning("job %s attempt %s: launch on %s failed (%s): requeued", job_id, attempt, head, last_error)
+            if "INVALID_ARGUMENT" in last_error:
+                self.service.write(
+                    "job_end",
+                    job_id=job_id,
+                    attempt=attempt,
+                    state="FAILED",
+                    exit_code=1,
+                    signal=0,
+                    time=self.service.clock(),
+                    reason=f"launch refused: {last_error}",
+                )
+            else:
+                self.service.write(
+                    "job_requeue",
+                    job_id=job_id,
+                    attempt=attempt,
+                    time=self.service.clock(),
+                    reason=f"launch on {head} failed",
+                )
+            self.poke()
+        except errors.ControllerError as exc:
+            log.warning("job %s attempt %s: %s", job_id, attempt, exc)
+        except Exception:
+            log.exception("launch of job %s failed", job_id)
+        finally:
+            self.launching.discard((job_id, attempt))
+
+    # -------------------------------------------------------------- cancels and time limits
+
+    def signal_job(self, job_id: int, attempt: int, nodes: list[str], signal: int) -> bool:
+        """Deliver a signal (0 = cancel the whole job) to the job's supervisor; True when delivered."""
+        addresses = self.raft.read(lambda s: [s.nodes[n]["address"] for n in nodes if n in s.nodes])
+        delivered = False
+        for address in addresses[:1]:
+            try:
+                reply = self.agents.stub(address).SignalJob(
+                    slurm_pb2.SignalJobRequest(job_id=job_id, attempt=attempt, signal=signal), timeout=5.0
+                )
+                delivered = delivered or reply.delivered
+            except grpc.RpcError as exc:
+                log.info("signal %s to job %s on %s failed: %s", signal, job_id, address, exc.code().name)
+        return delivered
+
+    def _follow_up_running(self) -> None:
+        now_wall = self.service.clock()
+        now = time.monotonic()
+        running = self.raft.read(
+            lambda s: [
+                (
+                    j["job_id"],
+                    j["attempt"],
+                    list(j["nodes"]),
+                    j["cancel_requested"],
+                    j["start_time"],
+                    j["spec"].get("time_limit_secs") or 0,
+                )
+                for j in s.jobs.values()
+                if j["state"] == RUNNING
+            ]
+        )
+        for job_id, attempt, nodes, cancel, started, limit in running:
+            key = (job_id, attempt)
+            if (job_id, attempt) in self.launching:
+                continue
+            over_limit = limit and now_wall - started > limit + TIME_LIMIT_GRACE_SECS
+            if not (cancel or over_limit):
+                continue
+            if now - self.signalled.get(key, 0.0) < SIGNAL_RETRY_SECS:
+                continue
+            self.signalled[key] = now
+            self.pool.submit(self.signal_job, job_id, attempt, nodes, 0)
+            if over_limit and not cancel:
+                log.warning("job %s ran past its time limit and its supervisor did not stop it: TIMEOUT", job_id)
+                self.service.write(
+                    "job_end",
+                    job_id=job_id,
+                    attempt=attempt,
+                    state="TIMEOUT",
+                    exit_code=0,
+                    signal=9,
+                    time=now_wall,
+                    reason="time limit (enforced by the controller)",
+                )
+
+
+def plan_starts(s: ClusterState) -> list[tuple[int, list[str]]]:
+    """FIFO with resource fit, per partition: the oldest pending job of a partition that does not fit
+    blocks the younger ones behind it (no backfill), so a large job is not starved."""
+    free = {
+        n: {"cpus": node["cpus"] - node["alloc_cpus"], "mem": node["memory_mb"] - node["alloc_mem"]}
+        for n, node in s.nodes.items()
+        if s.schedulable(node)
+    }
+    blocked: set[str] = set()
+    plans = []
+    for job_id in sorted(j for j, job in s.jobs.items() if job["state"] == PENDING and not job["held"]):
+        job = s.jobs[job_id]
+        spec = job["spec"]
+        partition = spec.get("partition") or "default"
+        if partition in blocked:
+            continue
+        cpus, mem, count = per_node_cpus(spec), int(spec.get("memory_mb") or 0), max(1, spec.get("nodes") or 1)
+        fit = [
+            n
+            for n in sorted(free)
+            if s.nodes[n]["partition"] == partition and free[n]["cpus"] >= cpus and (not mem or free[n]["mem"] >= mem)
+        ]
+        if len(fit) < count:
+            blocked.add(partition)
+            continue
+        chosen = fit[:count]
+        for n in chosen:
+            free[n]["cpus"] -= cpus
+            free[n]["mem"] -= mem
+        plans.append((job_id, chosen))
+    return plans

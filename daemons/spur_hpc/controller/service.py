@@ -1,0 +1,364 @@
+"""Controller operations in domain terms: validate, build a WAL record, commit it, map the result.
+
+The gRPC servicers call these methods and nothing else; the leader's background duties (scheduler,
+heartbeat timeouts) live in leader.py and use the same write path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spur_hpc.conf import Config
+from spur_hpc.controller import errors, wal
+from spur_hpc.controller.raft import NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
+from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, per_node_cpus
+
+log = logging.getLogger("spurctld.service")
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+MAX_FIELD_CHARS = 4096
+MAX_ENV_ENTRIES = 4096
+MAX_JOB_ID = 2**63 - 1
+# 30 days: a longer limit is almost always a unit mistake (Slurm's INFINITE is written as 0 here)
+MAX_TIME_LIMIT_SECS = 365 * 24 * 3600
+
+
+class ControllerService:
+    def __init__(
+        self,
+        conf: Config,
+        raft: SpurRaft,
+        member_grpc: Callable[[str], str | None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.conf = conf
+        self.raft = raft
+        self.clock = clock
+        self.member_grpc = member_grpc  # raft address -> gRPC address
+        self.timeout = conf.controller.write_timeout_secs
+        self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
+
+    # -------------------------------------------------------------- the write path
+
+    def write(self, op: str, **fields: Any) -> dict[str, Any]:
+        record = wal.make_record(op, **fields)
+        try:
+            result = self.raft.propose(record, self.timeout)
+        except wal.WalLevelError as exc:
+            raise errors.Conflict(str(exc)) from None
+        except NoLeaderError as exc:
+            raise errors.Unavailable(str(exc)) from None
+        except UnknownOutcomeError as exc:
+            raise errors.Unavailable(
+                f"{exc}; retry (a submission retried with the same key is not duplicated)"
+            ) from None
+        except StalledError as exc:
+            raise errors.Unavailable(str(exc)) from None
+        if result.get("ok"):
+            return result
+        code, message = result.get("code"), result.get("message", "refused")
+        if code == "not_found":
+            raise errors.NotFound(message)
+        if code == "invalid":
+            raise errors.InvalidArgument(message)
+        if code == "stalled":
+            raise errors.Unavailable(message)
+        raise errors.Conflict(message)
+
+    def read(self, fn: Callable[[ClusterState], Any]) -> Any:
+        return self.raft.read(fn)
+
+    def require_leader(self) -> None:
+        if not self.raft.is_leader():
+            leader = self.raft.leader_addr()
+            grpc_addr = self.member_grpc(leader) if leader else None
+            raise errors.NotLeader(
+                f"this controller is not the leader (leader: {grpc_addr or leader or 'unknown'})", grpc_addr
+            )
+
+    # -------------------------------------------------------------- cluster
+
+    def set_wal_level(self, level: int) -> dict[str, Any]:
+        if level < 1:
+            raise errors.InvalidArgument(f"WAL level {level} is not valid; levels start at 1")
+        if level > wal.MAX_WAL_LEVEL:
+            raise errors.InvalidArgument(f"WAL level {level} is above what this release reads ({wal.MAX_WAL_LEVEL})")
+        return self.write("set_wal_level", level=level)
+
+    # -------------------------------------------------------------- nodes
+
+    def _node_name(self, name: str) -> str:
+        if not name or len(name) > 255 or not all(c.isalnum() or c in "-_." for c in name):
+            raise errors.InvalidArgument(f"node name {name!r} is not valid (letters, digits, '-', '_', '.')")
+        return name
+
+    def register_agent(
+        self,
+        name: str,
+        address: str,
+        cpus: int,
+        memory_mb: int,
+        version: str,
+        build: str,
+        partition: str,
+        running: list[tuple[int, int]],
+        agent_started: float,
+    ) -> dict[str, Any]:
+        self.require_leader()
+        self._node_name(name)
+        if cpus <= 0:
+            raise errors.InvalidArgument(f"node {name} reports {cpus} CPUs; an agent must offer at least 1")
+        if memory_mb < 0:
+            raise errors.InvalidArgument(f"node {name} reports negative memory {memory_mb}")
+        if not address:
+            raise errors.InvalidArgument(f"node {name} sent no address; set [agent] listen_addr or advertise_addr")
+        now = self.clock()
+        result = self.write(
+            "node_register",
+            name=name,
+            address=address,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            version=version,
+            build=build,
+            partition=partition or "default",
+            running=[[j, a] for j, a in running],
+            time=now,
+        )
+        if self.on_heartbeat:
+            self.on_heartbeat(name, running)
+        # Jobs that started before this agent did and that it does not hold were lost with the old agent.
+        held = {j for j, _a in running}
+        lost = self.read(
+            lambda s: [
+                (j["job_id"], j["attempt"])
+                for j in s.jobs.values()
+                if j["state"] == RUNNING
+                and name in j["nodes"]
+                and j["job_id"] not in held
+                and j["start_time"] < agent_started
+            ]
+        )
+        for job_id, attempt in lost:
+            log.warning(
+                "job %s (attempt %s) on %s is not held by the restarted agent: NODE_FAIL", job_id, attempt, name
+            )
+            self.write(
+                "job_end",
+                job_id=job_id,
+                attempt=attempt,
+                state="NODE_FAIL",
+                exit_code=0,
+                signal=0,
+                time=now,
+                reason=f"agent on {name} restarted without the job",
+            )
+        return result
+
+    def deregister_agent(self, name: str, reason: str) -> None:
+        self.require_leader()
+        self.write("node_deregister", name=self._node_name(name), reason=reason or "spurd stopped", time=self.clock())
+
+    def drain(self, name: str, reason: str, set_by: str) -> dict[str, Any]:
+        self._check_text("reason", reason)
+        return self.write(
+            "node_drain", name=self._node_name(name), reason=reason or "drained", set_by=set_by, time=self.clock()
+        )
+
+    def resume(self, name: str, only_prefix: str = "") -> dict[str, Any]:
+        return self.write("node_resume", name=self._node_name(name), only_prefix=only_prefix, time=self.clock())
+
+    def down(self, name: str, reason: str, set_by: str) -> dict[str, Any]:
+        self._check_text("reason", reason)
+        return self.write("node_down", name=self._node_name(name), reason=reason, set_by=set_by, time=self.clock())
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        node = self.read(lambda s: _copy_node(s, name))
+        if node is None:
+            raise errors.NotFound(f"node {name!r} does not exist")
+        return node
+
+    def list_nodes(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        def collect(s: ClusterState) -> list[dict[str, Any]]:
+            wanted = names or sorted(s.nodes)
+            return [n for n in (_copy_node(s, name) for name in wanted) if n is not None]
+
+        return self.read(collect)
+
+    # -------------------------------------------------------------- jobs
+
+    def _check_text(self, what: str, value: str, limit: int = MAX_FIELD_CHARS) -> None:
+        if len(value) > limit:
+            raise errors.InvalidArgument(f"{what} is {len(value)} characters long; the limit is {limit}")
+        if "\x00" in value:
+            raise errors.InvalidArgument(f"{what} contains a NUL character")
+
+    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        if not spec.get("script", "").strip():
+            raise errors.InvalidArgument("the job has no script; pass a batch script or --wrap 'command'")
+        if len(spec["script"].encode()) > MAX_SCRIPT_BYTES:
+            raise errors.InvalidArgument(f"the script is larger than {MAX_SCRIPT_BYTES} bytes")
+        for key in ("name", "user", "work_dir", "stdout_path", "stderr_path", "partition", "account"):
+            self._check_text(key, spec.get(key, ""))
+        for key, low in (("nodes", 1), ("tasks", 1), ("cpus_per_task", 1)):
+            if spec.get(key, 0) == 0:
+                spec[key] = 1
+            if spec[key] < low or spec[key] > 1_000_000:
+                raise errors.InvalidArgument(f"{key}={spec[key]} is out of range; use a number from {low} to 1000000")
+        if spec.get("memory_mb", 0) < 0:
+            raise errors.InvalidArgument(f"memory {spec['memory_mb']} MB is negative; use 0 for no limit")
+        limit = spec.get("time_limit_secs", 0)
+        if limit < 0:
+            raise errors.InvalidArgument(f"time limit {limit} s is negative; use 0 for no limit")
+        if limit > MAX_TIME_LIMIT_SECS:
+            raise errors.InvalidArgument(f"time limit {limit} s is over a year; use 0 for no limit")
+        if spec.get("uid", 0) < 0 or spec.get("gid", 0) < 0:
+            raise errors.InvalidArgument("uid and gid must not be negative")
+        if not spec.get("user"):
+            raise errors.InvalidArgument("the job names no user")
+        work_dir = spec.get("work_dir") or ""
+        if not work_dir.startswith("/"):
+            raise errors.InvalidArgument(f"work_dir {work_dir!r} must be an absolute path")
+        env = spec.get("environment") or {}
+        if len(env) > MAX_ENV_ENTRIES:
+            raise errors.InvalidArgument(
+                f"the job passes {len(env)} environment variables; the limit is {MAX_ENV_ENTRIES}"
+            )
+        for k, v in env.items():
+            if not k or "=" in k or "\x00" in k or "\x00" in v:
+                raise errors.InvalidArgument(f"environment variable {k!r} is not valid")
+        spec.setdefault("partition", "default")
+        if not spec["partition"]:
+            spec["partition"] = "default"
+        self._check_fit(spec)
+        return spec
+
+    def _check_fit(self, spec: dict[str, Any]) -> None:
+        cpus, mem, count = per_node_cpus(spec), spec.get("memory_mb", 0), spec.get("nodes", 1)
+
+        def nodes_in(s: ClusterState) -> list[tuple[int, int]]:
+            return [(n["cpus"], n["memory_mb"]) for n in s.nodes.values() if n.get("partition") == spec["partition"]]
+
+        nodes = self.read(nodes_in)
+        if not nodes:
+            return  # nothing registered yet: the job waits, like a job for a partition that is down
+        if len(nodes) < count:
+            raise errors.InvalidArgument(
+                f"the job asks for {count} nodes but partition {spec['partition']} has {len(nodes)}"
+            )
+        if max(c for c, _m in nodes) < cpus:
+            raise errors.InvalidArgument(
+                f"the job asks for {cpus} CPUs per node but the largest node in partition "
+                f"{spec['partition']} has {max(c for c, _m in nodes)}"
+            )
+        if mem and max(m for _c, m in nodes) < mem:
+            raise errors.InvalidArgument(
+                f"the job asks for {mem} MB per node but the largest node has {max(m for _c, m in nodes)} MB"
+            )
+
+    def submit(self, spec: dict[str, Any], key: str) -> tuple[int, bool]:
+        self._check_text("idempotency_key", key, 128)
+        spec = self.validate_spec(spec)
+        result = self.write("job_submit", spec=spec, key=key, time=self.clock())
+        return result["job_id"], result["duplicate"]
+
+    def get_job(self, job_id: int) -> dict[str, Any]:
+        _check_job_id(job_id)
+        job = self.read(lambda s: _copy(s.jobs.get(job_id)))
+        if job is None:
+            raise errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
+        return job
+
+    def list_jobs(self, job_ids=(), users=(), states=(), partitions=(), names=(), include_finished=False):
+        ids, users, states = set(job_ids), set(users), set(states)
+        partitions, names = set(partitions), set(names)
+
+        def collect(s: ClusterState) -> list[dict[str, Any]]:
+            source = [s.jobs[i] for i in sorted(ids) if i in s.jobs] if ids else s.jobs.values()
+            out = []
+            for j in source:
+                if not include_finished and not ids and j["state"] in FINISHED_STATES and j["state"] not in states:
+                    continue
+                if users and j["spec"].get("user") not in users:
+                    continue
+                if states and j["state"] not in states:
+                    continue
+                if partitions and j["spec"].get("partition") not in partitions:
+                    continue
+                if names and j["spec"].get("name") not in names:
+                    continue
+                out.append(_copy(j))
+            return out
+
+        return self.read(collect)
+
+    def cancel(self, job_id: int, signal: int, by: str) -> dict[str, Any]:
+        _check_job_id(job_id)
+        if not 0 <= signal <= 64:
+            raise errors.InvalidArgument(f"signal {signal} is not a valid signal number (1-64, 0 to cancel)")
+        if signal:
+            job = self.get_job(job_id)
+            if job["state"] in FINISHED_STATES:
+                return {"already_finished": True, "state": job["state"], "signal_agent": False}
+            if job["state"] != RUNNING:
+                raise errors.Conflict(f"job {job_id} is {job['state']}; only running jobs can be signalled")
+            return {
+                "already_finished": False,
+                "state": RUNNING,
+                "signal_agent": True,
+                "nodes": job["nodes"],
+                "attempt": job["attempt"],
+                "signal": signal,
+            }
+        return self.write("job_cancel", job_id=job_id, by=by, time=self.clock())
+
+    def complete(
+        self, job_id: int, attempt: int, node: str, state: str, exit_code: int, signal: int, end_time: float
+    ) -> bool:
+        self.require_leader()
+        _check_job_id(job_id)
+        if state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            raise errors.InvalidArgument(f"{state} is not an end state of a job")
+        result = self.write(
+            "job_end",
+            job_id=job_id,
+            attempt=attempt,
+            state=state,
+            exit_code=exit_code,
+            signal=signal,
+            time=end_time or self.clock(),
+            reason="",
+        )
+        return bool(result.get("accepted"))
+
+    def hold(self, job_id: int, held: bool) -> None:
+        _check_job_id(job_id)
+        self.write("job_hold" if held else "job_release", job_id=job_id)
+
+
+def _check_job_id(job_id: int) -> None:
+    if not 0 < job_id <= MAX_JOB_ID:
+        raise errors.InvalidArgument(f"job id {job_id} is out of range; job ids are positive")
+
+
+def _copy(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    if job is None:
+        return None
+    out = dict(job)
+    out["spec"] = dict(job["spec"])
+    out["nodes"] = list(job["nodes"])
+    return out
+
+
+def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
+    node = s.nodes.get(name)
+    if node is None:
+        return None
+    out = dict(node)
+    out["jobs"] = list(node["jobs"])
+    out["state"] = s.node_state(node)
+    out["reason"], out["reason_set_by"], out["reason_time"] = s.node_reason(node)
+    return out

@@ -1,0 +1,62 @@
+"""Shared fixtures: real controller clusters, and their logs printed when a test fails."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import ControllerCluster, cleanup_all  # noqa: E402
+
+_IP_BLOCK = {"next": 1}
+
+
+def next_ip_base(count: int) -> int:
+    """Hand every cluster of the session its own 127.0.1.N addresses."""
+    base = _IP_BLOCK["next"]
+    _IP_BLOCK["next"] = base + count if base + count < 200 else 1
+    return base
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for name in ("cluster", "make_cluster"):
+            fixture = item.funcargs.get(name)
+            clusters = getattr(fixture, "created", [fixture]) if fixture is not None else []
+            for c in clusters:
+                if isinstance(c, ControllerCluster):
+                    report.sections.append((f"controller logs ({c.root})", c.logs()))
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """make_cluster(n=3, start=True, **kw) -> ControllerCluster; all are stopped after the test."""
+
+    class Factory:
+        created: list[ControllerCluster] = []
+
+        def __call__(self, n: int = 3, start: bool = True, **kw) -> ControllerCluster:
+            c = ControllerCluster(tmp_path / f"cluster{len(self.created)}", n=n, ip_base=next_ip_base(n), **kw)
+            self.created.append(c)
+            if start:
+                c.start()
+            return c
+
+    factory = Factory()
+    factory.created = []
+    yield factory
+    for c in factory.created:
+        c.stop()
+    cleanup_all()
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    """A running 3-controller cluster with one leader."""
+    return make_cluster(3)

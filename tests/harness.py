@@ -1,0 +1,286 @@
+"""Real processes for tests: controllers on 127.0.1.N, each with its own directories and log file.
+
+Fixtures spawn the real console scripts, poll readiness with a deadline, stop with TERM then KILL, and
+keep one log file per process (printed when a test fails, see conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+ALL_PROCS: list[Proc] = []
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # the thing may not be up yet
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+def free_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+class Proc:
+    """One real process with its own log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.popen: subprocess.Popen | None = None
+        ALL_PROCS.append(self)
+
+    def start(self) -> Proc:
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start {' '.join(self.argv)} at {time.time():.3f}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen else 0
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+
+    def kill9(self) -> None:
+        if self.alive():
+            self.popen.kill()
+            self.popen.wait(5)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        return self.popen.returncode
+
+    def wait_exit(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@dataclass
+class Member:
+    index: int
+    ip: str
+    grpc_port: int
+    raft_port: int
+    probe_port: int
+    root: Path
+    proc: Proc | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"{self.ip}:{self.grpc_port}"
+
+    @property
+    def raft_addr(self) -> str:
+        return f"{self.ip}:{self.raft_port}"
+
+    @property
+    def probe_url(self) -> str:
+        return f"http://{self.ip}:{self.probe_port}"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.root / "spur.conf"
+
+    def status(self) -> dict[str, Any]:
+        code, body = http_get(self.probe_url + "/status")
+        assert code == 200, body
+        return json.loads(body)
+
+    def probe(self, path: str) -> int:
+        try:
+            return http_get(self.probe_url + path, timeout=1.0)[0]
+        except OSError:
+            return 0
+
+
+def toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+class ControllerCluster:
+    """n controllers on 127.0.1.<base+i>, ports picked free at construction."""
+
+    def __init__(self, root: Path, n: int = 3, ip_base: int = 1, name: str = "test",
+                 heartbeat_timeout: int = 60, extra_controller: str = "") -> None:
+        self.root = root
+        self.name = name
+        self.heartbeat_timeout = heartbeat_timeout
+        self.extra_controller = extra_controller
+        self.secret_file = root / "raft.secret"
+        root.mkdir(parents=True, exist_ok=True)
+        self.secret_file.write_text("test-secret-" + os.urandom(8).hex() + "\n")
+        self.secret_file.chmod(0o600)
+        self.members: list[Member] = []
+        for i in range(n):
+            ip = f"127.0.1.{ip_base + i}"
+            self.members.append(Member(i, ip, free_port(ip), free_port(ip), free_port(ip), root / f"ctl{i}"))
+        self.peers = [m.raft_addr for m in self.members]
+        self.hosts = [m.grpc_addr for m in self.members]
+
+    # ---------------------------------------------------------------- configuration
+
+    def conf_text(self, m: Member, peers: list[str] | None = None, hosts: list[str] | None = None) -> str:
+        return f"""
+[cluster]
+name = "{self.name}"
+
+[controller]
+hosts = {toml_list(hosts if hosts is not None else self.hosts)}
+listen_addr = "{m.grpc_addr}"
+raft_addr = "{m.raft_addr}"
+peers = {toml_list(peers if peers is not None else self.peers)}
+probe_addr = "{m.ip}:{m.probe_port}"
+state_dir = "{m.state_dir}"
+raft_secret_file = "{self.secret_file}"
+heartbeat_timeout_secs = {self.heartbeat_timeout}
+{self.extra_controller}
+"""
+
+    def write_conf(self, m: Member, peers: list[str] | None = None, hosts: list[str] | None = None) -> None:
+        m.root.mkdir(parents=True, exist_ok=True)
+        m.conf_path.write_text(self.conf_text(m, peers, hosts))
+
+    def client_conf(self, path: Path | None = None, extra: str = "") -> Path:
+        """A spur.conf for agents and clients: [controller] hosts only (plus extra sections)."""
+        path = path or self.root / "client.conf"
+        path.write_text(f"[cluster]\nname = \"{self.name}\"\n\n[controller]\nhosts = {toml_list(self.hosts)}\n"
+                        f"heartbeat_timeout_secs = {self.heartbeat_timeout}\n{extra}")
+        return path
+
+    # ---------------------------------------------------------------- processes
+
+    def spawn(self, m: Member, write_conf: bool = True) -> Proc:
+        if write_conf and not m.conf_path.exists():
+            self.write_conf(m)
+        m.proc = Proc(f"spurctld-{m.index}", [str(BIN / "spurctld"), "--conf", str(m.conf_path)],
+                      m.root / "spurctld.log").start()
+        return m.proc
+
+    def start(self, indices: list[int] | None = None, wait: bool = True) -> ControllerCluster:
+        for i in indices if indices is not None else range(len(self.members)):
+            self.spawn(self.members[i])
+        if wait:
+            self.wait_leader()
+        return self
+
+    def stop(self) -> None:
+        for m in self.members:
+            if m.proc is not None:
+                m.proc.stop()
+
+    def kill9(self, i: int) -> None:
+        self.members[i].proc.kill9()
+
+    def restart(self, i: int, wait: bool = True) -> None:
+        m = self.members[i]
+        if m.proc is not None:
+            m.proc.stop()
+        self.spawn(m)
+        if wait:
+            wait_until(lambda: m.probe("/livez") == 200, 15, f"controller {i} to come back")
+
+    def running(self) -> list[Member]:
+        return [m for m in self.members if m.proc is not None and m.proc.alive()]
+
+    # ---------------------------------------------------------------- observation
+
+    def leaders(self) -> list[Member]:
+        return [m for m in self.running() if m.probe("/metrics/nodes") == 200]
+
+    def wait_leader(self, timeout: float = 20.0, exclude: Member | None = None) -> Member:
+        def one_leader():
+            found = [m for m in self.leaders() if m is not exclude]
+            if len(found) == 1 and found[0].status().get("cluster_id"):
+                return found[0]
+            return None
+
+        return wait_until(one_leader, timeout, "exactly one leader with a cluster id")
+
+    def stub(self, m: Member):
+        import grpc
+
+        from spur_hpc.proto import slurm_pb2_grpc
+
+        return slurm_pb2_grpc.SlurmControllerStub(grpc.insecure_channel(m.grpc_addr))
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {m.proc.name} ({m.proc.log_path})\n{m.proc.log_text()[-6000:]}"
+                         for m in self.members if m.proc is not None)
+
+
+def cleanup_all() -> None:
+    for proc in list(ALL_PROCS):
+        try:
+            proc.stop(timeout=5)
+        except Exception:
+            pass
+    ALL_PROCS.clear()
+
+
+def kill_process_tree_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
