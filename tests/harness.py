@@ -35,7 +35,9 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         except Exception as exc:  # the thing may not be up yet
             last_exc = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.1f} s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else "")
+    )
 
 
 def free_port(ip: str) -> int:
@@ -70,8 +72,9 @@ class Proc:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start {' '.join(self.argv)} at {time.time():.3f}\n".encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True)
+            self.popen = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         return self
 
     @property
@@ -162,8 +165,15 @@ def toml_list(items: list[str]) -> str:
 class ControllerCluster:
     """n controllers on 127.0.1.<base+i>, ports picked free at construction."""
 
-    def __init__(self, root: Path, n: int = 3, ip_base: int = 1, name: str = "test",
-                 heartbeat_timeout: int = 60, extra_controller: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        ip_base: int = 1,
+        name: str = "test",
+        heartbeat_timeout: int = 60,
+        extra_controller: str = "",
+    ) -> None:
         self.root = root
         self.name = name
         self.heartbeat_timeout = heartbeat_timeout
@@ -205,8 +215,10 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
     def client_conf(self, path: Path | None = None, extra: str = "") -> Path:
         """A spur.conf for agents and clients: [controller] hosts only (plus extra sections)."""
         path = path or self.root / "client.conf"
-        path.write_text(f"[cluster]\nname = \"{self.name}\"\n\n[controller]\nhosts = {toml_list(self.hosts)}\n"
-                        f"heartbeat_timeout_secs = {self.heartbeat_timeout}\n{extra}")
+        path.write_text(
+            f'[cluster]\nname = "{self.name}"\n\n[controller]\nhosts = {toml_list(self.hosts)}\n'
+            f"heartbeat_timeout_secs = {self.heartbeat_timeout}\n{extra}"
+        )
         return path
 
     # ---------------------------------------------------------------- processes
@@ -214,8 +226,9 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
     def spawn(self, m: Member, write_conf: bool = True) -> Proc:
         if write_conf and not m.conf_path.exists():
             self.write_conf(m)
-        m.proc = Proc(f"spurctld-{m.index}", [str(BIN / "spurctld"), "--conf", str(m.conf_path)],
-                      m.root / "spurctld.log").start()
+        m.proc = Proc(
+            f"spurctld-{m.index}", [str(BIN / "spurctld"), "--conf", str(m.conf_path)], m.root / "spurctld.log"
+        ).start()
         return m.proc
 
     def start(self, indices: list[int] | None = None, wait: bool = True) -> ControllerCluster:
@@ -260,14 +273,16 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
 
     def stub(self, m: Member):
         import grpc
-
         from spur_hpc.proto import slurm_pb2_grpc
 
         return slurm_pb2_grpc.SlurmControllerStub(grpc.insecure_channel(m.grpc_addr))
 
     def logs(self) -> str:
-        return "\n".join(f"----- {m.proc.name} ({m.proc.log_path})\n{m.proc.log_text()[-6000:]}"
-                         for m in self.members if m.proc is not None)
+        return "\n".join(
+            f"----- {m.proc.name} ({m.proc.log_path})\n{m.proc.log_text()[-6000:]}"
+            for m in self.members
+            if m.proc is not None
+        )
 
 
 def cleanup_all() -> None:

@@ -29,7 +29,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest

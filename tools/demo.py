@@ -86,8 +86,12 @@ def up() -> int:
         home.mkdir(parents=True, exist_ok=True)
         (home / "spur.conf").write_text(conf_text(ip))
         log = open(home / "spurctld.log", "ab")
-        proc = subprocess.Popen([str(BIN / "spurctld"), "--conf", str(home / "spur.conf")], stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(BIN / "spurctld"), "--conf", str(home / "spur.conf")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         pids[f"spurctld@{ip}"] = proc.pid
         print(f"demo: started spurctld on {ip} (pid {proc.pid}, log {home / 'spurctld.log'})")
     (DEMO / "pids.json").write_text(json.dumps(pids, indent=1))
@@ -103,8 +107,10 @@ def up() -> int:
     for ip in CONTROLLERS:
         code, body = get(f"http://{ip}:6822/status")
         status = json.loads(body) if code == 200 else {}
-        print(f"\n{ip}:6822/status -> role={status.get('role')} term={status.get('term')} "
-              f"cluster_id={status.get('cluster_id')}")
+        print(
+            f"\n{ip}:6822/status -> role={status.get('role')} term={status.get('term')} "
+            f"cluster_id={status.get('cluster_id')}"
+        )
         print(body)
     print("The cluster stays up. Try: curl -s http://127.0.1.1:6822/status ; stop it with: make demo-down")
     return 0

@@ -39,8 +39,12 @@ def main() -> int:
             else:
                 shutil.copyfile(generated, target)
         if drift:
-            print("generated protobuf modules drift from the .proto files: " + ", ".join(drift)
-                  + "; run: python tools/gen_protos.py", file=sys.stderr)
+            print(
+                "generated protobuf modules drift from the .proto files: "
+                + ", ".join(drift)
+                + "; run: python tools/gen_protos.py",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

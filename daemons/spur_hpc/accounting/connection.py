@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import conninfo
 
-from spur_hpc.conf import Config, ConfigError, check_secret_file, read_secret
 from spur_hpc.accounting.errors import AccountingUnavailable
+from spur_hpc.conf import Config, ConfigError, check_secret_file, read_secret
 
 log = logging.getLogger("spurctld.accounting")
 
@@ -36,7 +36,8 @@ class ConnectionSettings:
         except psycopg.ProgrammingError:
             return "<unparsable database_url>"
         host = parts.get("host") or "localhost"
-        return f"{parts.get('user') or '?'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or '?'}"
+        where = f"{parts.get('user') or '?'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or '?'}"
+        return scrub(where, self.password)
 
 
 def check_url(url: str, key: str = "database_url") -> None:
@@ -107,6 +108,5 @@ def connect(settings: ConnectionSettings, autocommit: bool = True) -> psycopg.Co
         )
     except psycopg.Error as exc:
         # `from None`: the original exception (and its traceback locals) could carry the conninfo.
-        raise AccountingUnavailable(
-            f"cannot connect to the accounting database {settings.describe()}: {describe_error(exc, settings.password)}"
-        ) from None
+        message = f"cannot connect to the accounting database {settings.describe()}: {describe_error(exc, None)}"
+        raise AccountingUnavailable(scrub(message, settings.password)) from None

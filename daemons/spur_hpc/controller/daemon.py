@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 import grpc
 
 from spur_hpc import buildinfo, grpcutil
-from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret
+from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret, split_host_port
 from spur_hpc.controller import bootstrap, storage, wal
 from spur_hpc.controller.grpc_api import (
     ControllerServicer,
@@ -59,6 +60,7 @@ class ControllerDaemon(Daemon):
         self.watcher: threading.Thread | None = None
         self.last_announce = 0.0
         self.raft_stopped_for_stall = False
+        self.identity_changed = threading.Event()
 
     # ---------------------------------------------------------------- configuration
 
@@ -93,6 +95,8 @@ class ControllerDaemon(Daemon):
             self._forget_unfinished_join()
             self.had_data = storage.has_data(self.paths)
             self.identity = storage.read_identity(self.paths)
+            if self.had_data and self.identity is None:
+                self.identity = storage.recover_identity(self.paths)
         except storage.StorageError as exc:
             raise StartupError(str(exc)) from None
         self._start_servers()
@@ -111,6 +115,7 @@ class ControllerDaemon(Daemon):
             compaction_entries=self.conf.controller.log_compaction_entries,
             hold_elections=self.joining is not None,
         )
+        self._check_raft_port()
         try:
             self.raft = SpurRaft(settings)
         except Exception as exc:
@@ -182,7 +187,7 @@ class ControllerDaemon(Daemon):
                         ", ".join(committed),
                     )
                 return committed
-            log.warning("this member holds Raft data but no %s yet; using [controller] peers", storage.IDENTITY)
+            log.warning("this member holds Raft data but no cluster identity yet; using [controller] peers")
             return sorted(self.peers)
         others = [h for h in self.hosts if h != self.grpc_addr]
         if len(self.peers) == 1 and not others:
@@ -206,6 +211,20 @@ class ControllerDaemon(Daemon):
             return sorted(decision.members)
         return sorted(self.peers)
 
+    def _check_raft_port(self) -> None:
+        """pysyncobj retries a failed bind forever in silence; find out first and say so."""
+        host, port = split_host_port(self.raft_addr)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise StartupError(
+                    f"[controller] raft_addr {self.raft_addr}: cannot listen there ({exc.strerror}); "
+                    "is another spurctld using it, or is the address not on this host?"
+                ) from None
+
     def _bootstrap_cluster(self) -> None:
         """Called on the leader: give a fresh cluster its name, id, membership and WAL level once."""
         if self.raft.read(lambda s: bool(s.cluster_id)):
@@ -222,11 +241,15 @@ class ControllerDaemon(Daemon):
     # ---------------------------------------------------------------- background watch
 
     def _on_apply(self, record: dict[str, Any], result: dict[str, Any]) -> None:
+        if record.get("op") == "cluster_init":
+            self.identity_changed.set()
         if record.get("op") in _SCHEDULING_OPS and self.duties is not None and self.raft.is_leader():
             self.duties.poke()
 
     def _watch(self) -> None:
-        while not self.stopping.wait(0.2):
+        while not self.stopping.is_set():
+            self.identity_changed.wait(0.2)
+            self.identity_changed.clear()
             try:
                 self._watch_once()
             except Exception:
@@ -250,9 +273,7 @@ class ControllerDaemon(Daemon):
             return
         if self.raft_stopped_for_stall:
             return
-        if cluster_id and (self.identity is None or self.identity.get("cluster_id") != cluster_id):
-            storage.write_identity(self.paths, name, cluster_id, members)
-            self.identity = storage.read_identity(self.paths)
+        self._save_identity(name, cluster_id, members)
         if self.joining is not None:
             target = self.joining.commit_index
             if cluster_id == self.joining.cluster_id and raft.applied_index() >= target:
@@ -271,6 +292,15 @@ class ControllerDaemon(Daemon):
         if cluster_id and my_info != mine and raft.leader_addr() and now - self.last_announce > 2.0:
             self.last_announce = now
             threading.Thread(target=self._announce, args=(mine,), daemon=True).start()
+
+    def _save_identity(self, name: str, cluster_id: str, members: list[str]) -> None:
+        if cluster_id and (
+            self.identity is None
+            or self.identity.get("cluster_id") != cluster_id
+            or not os.path.exists(self.paths.identity)
+        ):
+            storage.write_identity(self.paths, name, cluster_id, members)
+            self.identity = storage.read_identity(self.paths)
 
     def _announce(self, mine: dict[str, Any]) -> None:
         try:
@@ -471,6 +501,9 @@ class ControllerDaemon(Daemon):
             self.probe.stop()
         if self.raft is not None and not self.raft_stopped_for_stall:
             self.raft.stop()
+            name, cluster_id, members = self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members)))
+            if self.joining is None:
+                self._save_identity(name, cluster_id, members)
 
 
 def main(argv: list[str] | None = None) -> int:

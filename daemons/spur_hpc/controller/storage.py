@@ -65,11 +65,16 @@ def prepare(paths: StatePaths) -> None:
 
 def journal_records(path: str) -> int:
     """Count the records of a pysyncobj journal, checking its structure; StorageError when damaged."""
+    return len(journal_commands(path))
+
+
+def journal_commands(path: str) -> list[bytes]:
+    """The command bytes of every record of a pysyncobj journal, checking its structure."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        return 0
+        return []
     if len(data) < _HEADER or not data.startswith(_JOURNAL_MAGIC):
         raise StorageError(f"journal {path} has no valid header (truncated or not a journal); {RECOVERY_HINT}")
     (last,) = struct.unpack_from("<I", data, _LAST_OFFSET_AT)
@@ -77,7 +82,7 @@ def journal_records(path: str) -> int:
         raise StorageError(
             f"journal {path} says it holds {last} bytes but the file has {len(data)} (truncated); {RECOVERY_HINT}"
         )
-    offset, count = _HEADER, 0
+    offset, count, commands = _HEADER, 0, []
     while offset < last:
         if offset + 4 > last:
             raise StorageError(f"journal {path} is damaged at byte {offset}; {RECOVERY_HINT}")
@@ -85,15 +90,21 @@ def journal_records(path: str) -> int:
         end = offset + 4 + size
         if size < 16 or end + 4 > last or struct.unpack_from("<I", data, end)[0] != size:
             raise StorageError(f"journal {path} is damaged at byte {offset} (record {count + 1}); {RECOVERY_HINT}")
+        commands.append(data[offset + 4 + 16 : end])
         offset = end + 4
         count += 1
-    return count
+    return commands
 
 
 def check_dump(path: str) -> bool:
     """True when a snapshot exists and this release can read it; StorageError when it cannot."""
+    return load_dump_state(path) is not None
+
+
+def load_dump_state(path: str) -> Any:
+    """The ClusterState inside a snapshot, None without one; StorageError when it cannot be read."""
     if not os.path.exists(path):
-        return False
+        return None
     try:
         with gzip.open(path, "rb") as fh:
             data = pickle.load(fh)
@@ -103,7 +114,7 @@ def check_dump(path: str) -> bool:
         raise StorageError(f"snapshot {path} cannot be read ({type(exc).__name__}: {exc}); {RECOVERY_HINT}") from None
     if not isinstance(data, tuple) or len(data) < 4 or not isinstance(data[0], dict) or "_state" not in data[0]:
         raise StorageError(f"snapshot {path} is not a Spur controller snapshot; {RECOVERY_HINT}")
-    return True
+    return data[0]["_state"]
 
 
 def read_identity(paths: StatePaths) -> dict[str, Any] | None:
@@ -117,6 +128,30 @@ def read_identity(paths: StatePaths) -> dict[str, Any] | None:
     if identity.get("format", 0) > IDENTITY_FORMAT:
         raise StorageError(f"identity file {paths.identity} was written by a newer release; install it or a newer one")
     return identity
+
+
+def recover_identity(paths: StatePaths) -> dict[str, Any] | None:
+    """Cluster identity from the replicated data itself when cluster.json is missing (a crash right after
+    the first bootstrap): the snapshot's state, else the journal's cluster_init record."""
+    state = load_dump_state(paths.dump)
+    if state is not None and state.cluster_id:
+        return {"cluster_name": state.cluster_name, "cluster_id": state.cluster_id, "members": list(state.members)}
+    for command in journal_commands(paths.journal):
+        # pysyncobj stores a regular command as a type byte (0) and a pickle of (method id, args, kwargs).
+        if not command or command[0] != 0:
+            continue
+        try:
+            _method, args, _kwargs = pickle.loads(command[1:])
+        except Exception:
+            continue
+        record = args[0] if args else None
+        if isinstance(record, dict) and record.get("op") == "cluster_init":
+            return {
+                "cluster_name": record["name"],
+                "cluster_id": record["cluster_id"],
+                "members": sorted(record["members"]),
+            }
+    return None
 
 
 def write_identity(paths: StatePaths, name: str, cluster_id: str, members: list[str]) -> None:

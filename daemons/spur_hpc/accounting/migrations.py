@@ -1,0 +1,191 @@
+"""The accounting schema and its migrations: numbered, applied once, in order, roll forward only.
+
+`spur_schema_version` holds one row per applied migration. migrate() takes a session advisory lock
+with a fixed key, so when several controllers start at once exactly one applies each migration and
+the others wait, then find nothing to do. Each migration runs in its own transaction together with
+its version row: a failed migration leaves the schema exactly as it was before it.
+
+Never edit a released migration; append a new one. A migration must keep the previous release
+working on an open connection (add columns with defaults, never drop or rename), because during a
+rolling upgrade the old leader still writes while the first upgraded controller migrates.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+from spur_hpc.accounting.errors import AccountingUnavailable, MigrationError, SchemaTooNewError
+
+log = logging.getLogger("spurctld.accounting")
+
+# pg_advisory_lock key shared by every release: ASCII "spurmigr". Never change it, or two releases
+# could migrate at the same time.
+MIGRATION_LOCK_KEY = 0x737075726D696772
+LOCK_WAIT_SECS = 120
+
+VERSION_TABLE = "spur_schema_version"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "clusters and job records",
+        """
+        CREATE TABLE spur_clusters (
+            cluster_id  text PRIMARY KEY,
+            name        text NOT NULL DEFAULT '',
+            first_seen  timestamptz NOT NULL DEFAULT now(),
+            last_seen   timestamptz NOT NULL DEFAULT now()
+        );
+        -- One row per job of a cluster. cluster_id is part of the key: a re-bootstrapped cluster counts
+        -- job ids from 1 again and must not overwrite an earlier cluster's history.
+        CREATE TABLE spur_jobs (
+            cluster_id      text        NOT NULL,
+            job_id          bigint      NOT NULL,
+            attempt         integer     NOT NULL DEFAULT 0,
+            record_version  bigint      NOT NULL,
+            name            text        NOT NULL DEFAULT '',
+            "user"          text        NOT NULL DEFAULT '',
+            uid             bigint,
+            account         text        NOT NULL DEFAULT '',
+            partition       text        NOT NULL DEFAULT '',
+            state           text        NOT NULL,
+            reason          text        NOT NULL DEFAULT '',
+            exit_code       integer     NOT NULL DEFAULT 0,
+            signal          integer     NOT NULL DEFAULT 0,
+            submit_time     timestamptz,
+            start_time      timestamptz,
+            end_time        timestamptz,
+            nodes           text        NOT NULL DEFAULT '',
+            cpus            integer,
+            memory_mb       bigint,
+            work_dir        text        NOT NULL DEFAULT '',
+            updated_at      timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (cluster_id, job_id)
+        );
+        -- sacct selects by time window and by user.
+        CREATE INDEX spur_jobs_submit_time ON spur_jobs (submit_time);
+        CREATE INDEX spur_jobs_end_time ON spur_jobs (end_time);
+        CREATE INDEX spur_jobs_user ON spur_jobs ("user", submit_time);
+        """,
+    ),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version  # the newest schema this release knows
+
+
+def _check_sequence(migrations: tuple[Migration, ...]) -> None:
+    for expected, migration in enumerate(migrations, start=1):
+        if migration.version != expected:
+            raise AssertionError(f"migration {migration.version} is out of sequence (expected {expected})")
+
+
+_check_sequence(MIGRATIONS)
+
+
+def database_version(conn: psycopg.Connection) -> int:
+    """The schema version of the database (0 when it has never been migrated)."""
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (VERSION_TABLE,)).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {VERSION_TABLE}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def check_schema(conn: psycopg.Connection, known: int = SCHEMA_VERSION) -> int:
+    """The database's schema version; SchemaTooNewError when it is newer than this release knows."""
+    version = database_version(conn)
+    if version > known:
+        raise SchemaTooNewError(version, known)
+    return version
+
+
+def migrate(
+    conn: psycopg.Connection,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    applied_by: str = "",
+) -> list[int]:
+    """Bring the schema up to the newest migration; return the versions this call applied.
+
+    conn must be in autocommit mode (each migration opens its own transaction). Raises
+    SchemaTooNewError (database newer than `migrations`), MigrationError (a migration failed or the
+    lock could not be had within LOCK_WAIT_SECS) or AccountingUnavailable (connection lost).
+    """
+    if not conn.autocommit:
+        raise MigrationError("migrate() needs an autocommit connection: each migration is its own transaction")
+    known = migrations[-1].version if migrations else 0
+    try:
+        _lock(conn)
+        try:
+            return _apply_pending(conn, migrations, known, applied_by)
+        finally:
+            if not conn.broken:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+    except psycopg.Error as exc:
+        if conn.broken or conn.closed:
+            raise AccountingUnavailable(
+                f"accounting database connection lost while migrating: {_one_line(exc)}"
+            ) from None
+        raise MigrationError(f"accounting schema migration failed: {_one_line(exc)}") from None
+
+
+def _lock(conn: psycopg.Connection) -> None:
+    # lock_timeout bounds the wait for a peer's migration; a session lock because migrations commit.
+    conn.execute(f"SET lock_timeout = '{LOCK_WAIT_SECS}s'")
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+    except psycopg.errors.LockNotAvailable:
+        raise MigrationError(
+            f"another process held the accounting migration lock (pg_advisory_lock {MIGRATION_LOCK_KEY}) for "
+            f"{LOCK_WAIT_SECS} s; find it with: SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+        ) from None
+    finally:
+        conn.execute("RESET lock_timeout")
+
+
+def _apply_pending(
+    conn: psycopg.Connection, migrations: tuple[Migration, ...], known: int, applied_by: str
+) -> list[int]:
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+        " version integer PRIMARY KEY,"
+        " description text NOT NULL,"
+        " applied_by text NOT NULL DEFAULT '',"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    current = check_schema(conn, known)
+    applied = []
+    for migration in migrations:
+        if migration.version <= current:
+            continue
+        try:
+            with conn.transaction():
+                conn.execute(migration.sql)
+                conn.execute(
+                    f"INSERT INTO {VERSION_TABLE} (version, description, applied_by) VALUES (%s, %s, %s)",
+                    (migration.version, migration.description, applied_by),
+                )
+        except psycopg.Error as exc:
+            if conn.broken:
+                raise  # migrate() reports a lost connection as AccountingUnavailable
+            raise MigrationError(
+                f"accounting schema migration {migration.version} ({migration.description}) failed and was rolled "
+                f"back: {_one_line(exc)}"
+            ) from None
+        log.info("accounting schema migrated to version %d (%s)", migration.version, migration.description)
+        applied.append(migration.version)
+    return applied
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"

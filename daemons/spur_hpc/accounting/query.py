@@ -1,0 +1,219 @@
+"""sacct's data source: job records selected the way Slurm's sacct selects them.
+
+Time window (-S start, -E end), as slurmdbd computes it (the window is [S, E)):
+
+- without -s: S defaults to midnight today, or to the epoch when job ids are given; E defaults to now.
+  A job is selected when it was eligible (submitted) before E and had not ended before S.
+- with -s: S defaults to now (the epoch when job ids are given) and E to S, so `sacct -s R` means "running
+  now". A state matches when the job was in it during the window: PENDING when it was waiting at some
+  point of the window, RUNNING when it ran during it, a finished state when the job ended in the window
+  in that state.
+- E is moved one second later when it equals S or now, so the current second is included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from spur_hpc.accounting.errors import AccountingError, AccountingUnavailable
+from spur_hpc.controller.state import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    FINISHED_STATES,
+    NODE_FAIL,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# sacct -s accepts long names and these short forms, in any case.
+STATE_NAMES = {
+    "PD": PENDING,
+    "R": RUNNING,
+    "CD": COMPLETED,
+    "F": FAILED,
+    "CA": CANCELLED,
+    "TO": TIMEOUT,
+    "NF": NODE_FAIL,
+    **{s: s for s in (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL)},
+}
+
+_RESULT_COLUMNS = (
+    "cluster_id, job_id, attempt, name, \"user\", uid, account, partition, state, reason, exit_code, signal, "
+    "submit_time, start_time, end_time, nodes, cpus, memory_mb, work_dir, updated_at"
+)
+
+
+class InvalidQuery(AccountingError, ValueError):
+    """A query argument sacct would reject (an unknown state, an end before the start)."""
+
+
+TimeArg = datetime | float | int | None
+
+
+def normalize_states(states: Iterable[str]) -> list[str]:
+    """sacct -s values (long names or PD/R/CD/F/CA/TO/NF, any case) -> state names; InvalidQuery otherwise."""
+    names = []
+    for raw in states:
+        name = STATE_NAMES.get(raw.strip().upper())
+        if name is None:
+            known = ", ".join(sorted(STATE_NAMES))
+            raise InvalidQuery(f"unknown job state {raw!r}; use one of {known}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _as_datetime(value: TimeArg) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        # A naive time is local time, as sacct reads -S/-E.
+        return value if value.tzinfo else value.astimezone()
+    return datetime.fromtimestamp(float(value), tz=UTC)
+
+
+def sacct_window(
+    start: TimeArg = None,
+    end: TimeArg = None,
+    *,
+    job_ids: Iterable[int] = (),
+    states: Iterable[str] = (),
+    now: TimeArg = None,
+) -> tuple[datetime, datetime]:
+    """(S, E) with sacct's defaults applied; the query selects within [S, E)."""
+    current = (_as_datetime(now) or datetime.now(UTC)).replace(microsecond=0)
+    has_ids, has_states = bool(list(job_ids)), bool(list(states))
+    s, e = _as_datetime(start), _as_datetime(end)
+    if has_states:
+        if s is None and not has_ids:
+            s = current
+        if s is not None and e is None:
+            e = s
+    elif s is None and not has_ids:
+        s = current.astimezone().replace(hour=0, minute=0, second=0)  # midnight, local time
+    s = s or EPOCH
+    e = e or current
+    if e == s or e == current:
+        e = e + timedelta(seconds=1)
+    if e < s:
+        raise InvalidQuery(f"the end time {e.isoformat()} is before the start time {s.isoformat()}")
+    return s, e
+
+
+def _state_condition(state: str, s: datetime, e: datetime) -> tuple[sql.Composable, list[Any]]:
+    if state == PENDING:
+        # Waiting at some point of the window: eligible before E, and still waiting at S or later.
+        return sql.SQL(
+            "(submit_time IS NOT NULL AND submit_time < %s AND ("
+            "(start_time IS NOT NULL AND start_time > %s)"
+            " OR (start_time IS NULL AND end_time IS NOT NULL AND end_time > %s)"
+            " OR (start_time IS NULL AND end_time IS NULL AND state = %s)))"
+        ), [e, s, s, PENDING]
+    if state == RUNNING:
+        return sql.SQL(
+            "(start_time IS NOT NULL AND start_time < %s AND (end_time > %s OR (end_time IS NULL AND state = %s)))"
+        ), [e, s, RUNNING]
+    if state in FINISHED_STATES:
+        return sql.SQL("(state = %s AND end_time IS NOT NULL AND end_time >= %s AND end_time <= %s)"), [state, s, e]
+    raise InvalidQuery(f"unknown job state {state!r}")
+
+
+def query_jobs(
+    conn: psycopg.Connection,
+    cluster_id: str | None = None,
+    job_ids: Iterable[int] = (),
+    users: Iterable[str] = (),
+    start: TimeArg = None,
+    end: TimeArg = None,
+    states: Iterable[str] = (),
+    *,
+    now: TimeArg = None,
+) -> list[dict[str, Any]]:
+    """Job records as sacct selects them, ordered by job id (then cluster, then submit time).
+
+    Each record has the replicated job's field names: times are epoch seconds (0.0 when not yet),
+    nodes a list of node names; plus cluster_id, cpus, memory_mb, work_dir and updated_at.
+    cluster_id None means every cluster in the database.
+    """
+    ids = [int(j) for j in job_ids]
+    wanted_users = [str(u) for u in users]
+    wanted_states = normalize_states(states)
+    s, e = sacct_window(start, end, job_ids=ids, states=wanted_states, now=now)
+
+    conditions: list[sql.Composable] = []
+    params: list[Any] = []
+    if cluster_id is not None:
+        conditions.append(sql.SQL("cluster_id = %s"))
+        params.append(cluster_id)
+    if ids:
+        conditions.append(sql.SQL("job_id = ANY(%s::bigint[])"))
+        params.append(ids)
+    if wanted_users:
+        conditions.append(sql.SQL('"user" = ANY(%s::text[])'))
+        params.append(wanted_users)
+    if wanted_states:
+        parts = []
+        for state in wanted_states:
+            condition, values = _state_condition(state, s, e)
+            parts.append(condition)
+            params.extend(values)
+        conditions.append(sql.SQL("({})").format(sql.SQL(" OR ").join(parts)))
+    elif ids:
+        # Explicit job ids: do not hide jobs by eligibility, only by the window.
+        conditions.append(sql.SQL("(submit_time <= %s AND (end_time >= %s OR end_time IS NULL))"))
+        params.extend([e, s])
+    else:
+        conditions.append(
+            sql.SQL("(submit_time IS NOT NULL AND submit_time < %s AND (end_time >= %s OR end_time IS NULL))")
+        )
+        params.extend([e, s])
+
+    query = sql.SQL("SELECT {cols} FROM spur_jobs WHERE {where} ORDER BY job_id, cluster_id, submit_time").format(
+        cols=sql.SQL(_RESULT_COLUMNS), where=sql.SQL(" AND ").join(conditions)
+    )
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(query, params).fetchall()
+    except psycopg.errors.UndefinedTable:
+        raise AccountingError(
+            "the accounting database has no job table yet; spurctld creates it when it first connects"
+        ) from None
+    except psycopg.Error as exc:
+        if conn.broken or conn.closed:
+            raise AccountingUnavailable(f"accounting database connection lost: {type(exc).__name__}") from None
+        raise
+    return [_as_record(row) for row in rows]
+
+
+def _epoch(value: datetime | None) -> float:
+    return value.timestamp() if value is not None else 0.0
+
+
+def _as_record(row: dict[str, Any]) -> dict[str, Any]:
+    record = dict(row)
+    for key in ("submit_time", "start_time", "end_time", "updated_at"):
+        record[key] = _epoch(row[key])
+    record["nodes"] = [n for n in (row["nodes"] or "").split(",") if n]
+    return record
+
+
+def clusters(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Every cluster that ever wrote job records: cluster_id, name, first_seen, last_seen (epoch seconds).
+
+    sacct -M takes cluster names; a name can map to several ids when a cluster was bootstrapped again.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT cluster_id, name, first_seen, last_seen FROM spur_clusters ORDER BY first_seen"
+        ).fetchall()
+    return [{**row, "first_seen": _epoch(row["first_seen"]), "last_seen": _epoch(row["last_seen"])} for row in rows]

@@ -1,0 +1,107 @@
+"""Slurm's `-o` format strings: "%.18i %.9P %8j" -> columns with width, justification and truncation.
+
+A specifier is %[.][width]letter: '.' right-justifies, a width pads and truncates, no width prints the
+value as it is. Text between specifiers is copied. Each command supplies its letters and titles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Column:
+    __slots__ = ("letter", "width", "right", "literal", "auto_width")
+
+    def __init__(self, letter: str, width: int | None, right: bool, literal: str = "", auto_width: bool = False):
+        self.letter = letter
+        self.width = width
+        self.right = right
+        self.literal = literal  # for literal text between specifiers (letter == "")
+        self.auto_width = auto_width  # '%#X': as wide as the widest value (sinfo's partition column)
+
+
+def parse(program: str, text: str, letters: dict[str, Any]) -> list[Column]:
+    columns: list[Column] = []
+    literal = ""
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "%":
+            literal += char
+            i += 1
+            continue
+        if i + 1 < len(text) and text[i + 1] == "%":
+            literal += "%"
+            i += 2
+            continue
+        if literal:
+            columns.append(Column("", None, False, literal))
+            literal = ""
+        i += 1
+        right = auto = False
+        if i < len(text) and text[i] == ".":
+            right = True
+            i += 1
+        if i < len(text) and text[i] == "#":
+            auto = True
+            i += 1
+        digits = ""
+        while i < len(text) and text[i].isdigit():
+            digits += text[i]
+            i += 1
+        if i >= len(text):
+            raise CliError(f"format '{text}' ends inside a specifier; write it like %.18i")
+        letter = text[i]
+        i += 1
+        if letter not in letters:
+            known = "".join(sorted(letters))
+            raise CliError(f"unknown format specifier %{letter} in '{text}'; {program} knows %[{known}]")
+        columns.append(Column(letter, int(digits) if digits else None, right, auto_width=auto))
+    if literal:
+        columns.append(Column("", None, False, literal))
+    return columns
+
+
+def fit(value: str, width: int | None, right: bool) -> str:
+    if width is None:
+        return value
+    value = value[:width]
+    return value.rjust(width) if right else value.ljust(width)
+
+
+def render(
+    columns: list[Column],
+    rows: list[Any],
+    value_of: Callable[[str, Any], str],
+    titles: dict[str, str],
+    header: bool = True,
+) -> list[str]:
+    """Lines of output (header first when asked); value_of(letter, row) gives a cell's text."""
+    cells = [[value_of(c.letter, row) if c.letter else c.literal for c in columns] for row in rows]
+    widths: list[int | None] = []
+    for index, column in enumerate(columns):
+        if column.auto_width:
+            longest = max([len(titles[column.letter])] + [len(r[index]) for r in cells])
+            widths.append(max(longest, column.width or 0))
+        else:
+            widths.append(column.width)
+    lines = []
+    if header:
+        lines.append(
+            "".join(
+                fit(titles[c.letter], widths[i], c.right) if c.letter else c.literal for i, c in enumerate(columns)
+            ).rstrip()
+        )
+    for row_cells in cells:
+        lines.append(
+            "".join(
+                fit(cell, widths[i], c.right) if c.letter else cell for i, (c, cell) in enumerate(zip(columns, row_cells))
+            ).rstrip()
+        )
+    return lines

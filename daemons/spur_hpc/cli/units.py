@@ -1,0 +1,149 @@
+"""Slurm's notations for durations, memory sizes and points in time: parsing user input, formatting output."""
+
+from __future__ import annotations
+
+import time
+
+from spur_hpc.cli.runner import CliError
+
+TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)"
+
+
+def parse_time_limit(text: str, option: str = "--time") -> int:
+    """Slurm -t/--time value -> seconds (0: no limit)."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return 0
+
+    def bad() -> CliError:
+        return CliError(f"invalid {option} value '{text}': use {TIME_LIMIT_FORMS}")
+
+    days = 0
+    day_text, has_days, clock = value.rpartition("-") if "-" in value else ("", "", value)
+    if has_days:
+        if not day_text.isdigit() or not clock:
+            raise bad()
+        days = int(day_text)
+    parts = clock.split(":")
+    if len(parts) > 3 or not all(p.isdigit() for p in parts):
+        raise bad()
+    numbers = [int(p) for p in parts]
+    if has_days:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:  # minutes[:seconds]
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    if seconds > 59 or (minutes > 59 and (has_days or len(numbers) == 3)):
+        raise bad()
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+_MEMORY_FACTORS_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def parse_memory_mb(text: str, option: str = "--mem") -> int:
+    """Slurm --mem value (MB unless a K/M/G/T suffix says otherwise) -> MiB, rounded up."""
+    value = text.strip().upper()
+    if value.endswith("B") and len(value) > 1 and value[-2] in _MEMORY_FACTORS_MB:
+        value = value[:-1]  # "4GB" like "4G"
+    factor = 1.0
+    if value and value[-1] in _MEMORY_FACTORS_MB:
+        factor = _MEMORY_FACTORS_MB[value[-1]]
+        value = value[:-1]
+    if not value.isdigit():
+        raise CliError(f"invalid {option} value '{text}': use a number of megabytes or a K, M, G or T suffix, like 4G")
+    amount = int(value) * factor
+    return int(-(-amount // 1))
+
+
+def format_duration(seconds: float) -> str:
+    """squeue %M / %l style: M:SS, H:MM:SS, D-HH:MM:SS."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def format_clock(seconds: float) -> str:
+    """scontrol RunTime / sacct Elapsed style: HH:MM:SS, D-HH:MM:SS."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def format_limit(seconds: int, unlimited: str = "UNLIMITED", clock: bool = False) -> str:
+    if seconds <= 0:
+        return unlimited
+    return format_clock(seconds) if clock else format_duration(seconds)
+
+
+def format_timestamp(epoch: float, unknown: str = "Unknown") -> str:
+    """Slurm's ISO-like local time: 2024-05-01T10:00:00."""
+    if epoch <= 0:
+        return unknown
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+_UNIT_SECONDS = {
+    "second": 1, "seconds": 1, "sec": 1, "s": 1,
+    "minute": 60, "minutes": 60, "min": 60, "m": 60,
+    "hour": 3600, "hours": 3600, "h": 3600,
+    "day": 86400, "days": 86400, "d": 86400,
+    "week": 604800, "weeks": 604800, "w": 604800,
+}  # fmt: skip
+TIME_POINT_FORMS = "YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM[:SS], now[-N{minutes|hours|days|weeks}], today, midnight"
+
+
+def parse_time_point(text: str, option: str, now: float | None = None) -> float:
+    """sacct -S/-E values -> epoch seconds (local time, like Slurm)."""
+    now = time.time() if now is None else now
+    value = text.strip().lower()
+
+    def bad() -> CliError:
+        return CliError(f"invalid {option} value '{text}': use {TIME_POINT_FORMS}")
+
+    today = time.localtime(now)
+    midnight = time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1))
+    if value in ("today", "midnight"):
+        return midnight
+    if value == "noon":
+        return midnight + 12 * 3600
+    if value.startswith("now"):
+        rest = value[3:]
+        if not rest:
+            return now
+        sign = -1 if rest[0] == "-" else 1 if rest[0] == "+" else 0
+        digits = rest[1:].rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = rest[1 + len(digits) :] or "seconds"
+        if not sign or not digits.isdigit() or unit not in _UNIT_SECONDS:
+            raise bad()
+        return now + sign * int(digits) * _UNIT_SECONDS[unit]
+    date_part, _, clock_part = text.strip().partition("T")
+    try:
+        if "-" in date_part:
+            year, month, day = (int(p) for p in date_part.split("-"))
+        elif "/" in date_part:
+            pieces = [int(p) for p in date_part.split("/")]
+            month, day = pieces[0], pieces[1]
+            year = (2000 + pieces[2] if pieces[2] < 100 else pieces[2]) if len(pieces) == 3 else today.tm_year
+        elif ":" in date_part and not clock_part:
+            year, month, day = today.tm_year, today.tm_mon, today.tm_mday
+            clock_part = date_part
+        else:
+            raise ValueError(date_part)
+        clock = [int(p) for p in clock_part.split(":")] if clock_part else [0, 0, 0]
+        hour, minute, second = (clock + [0, 0, 0])[:3]
+        if not (1 <= month <= 12 and 1 <= day <= 31 and 0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
+            raise ValueError(text)
+    except ValueError:
+        raise bad() from None
+    return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))

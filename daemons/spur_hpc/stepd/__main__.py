@@ -1,0 +1,3 @@
+from spur_hpc.stepd.daemon import main
+
+raise SystemExit(main())

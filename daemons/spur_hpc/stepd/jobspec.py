@@ -1,0 +1,227 @@
+"""What a job needs to run: who it runs as, where its output goes, its environment, its command line.
+
+spurd calls check_launch() to refuse a bad LaunchJob with one clear line; spurstepd calls the same code
+again when it starts the job, so both agree on every rule. Nothing here imports protobuf: spurd turns
+the JobSpec into a plain dict (the launch record) and spurstepd reads only that.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_OUTPUT = "slurm-%j.out"
+SCRIPT_FD = 3  # the job reads its script from this descriptor (a memfd); see Supervisor.spawn
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+SPEC_FIELDS: dict[str, type] = {
+    "name": str,
+    "user": str,
+    "uid": int,
+    "gid": int,
+    "work_dir": str,
+    "stdout_path": str,
+    "stderr_path": str,
+    "nodes": int,
+    "tasks": int,
+    "cpus_per_task": int,
+    "memory_mb": int,
+    "time_limit_secs": int,
+    "environment": dict,
+    "partition": str,
+    "account": str,
+}
+
+
+class InvalidJob(Exception):
+    """A launch request that cannot run; the message is one line naming the field, the value and why."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    shell: str
+    switch: bool  # False when this daemon cannot (not root) or need not (same uid) change user
+
+
+def check_spec_types(spec: dict[str, Any]) -> None:
+    for key, kind in SPEC_FIELDS.items():
+        if key in spec and not isinstance(spec[key], kind):
+            raise InvalidJob(f"spec.{key}: expected {kind.__name__}, got {type(spec[key]).__name__}")
+
+
+def resolve_identity(spec: dict[str, Any]) -> Identity:
+    """Find the job's user on this node. The user name wins when given; the uid must then agree with it."""
+    user, uid, gid = spec.get("user") or "", int(spec.get("uid") or 0), int(spec.get("gid") or 0)
+    try:
+        pw = pwd.getpwnam(user) if user else pwd.getpwuid(uid)
+    except KeyError:
+        what = f"user {user!r}" if user else f"uid {uid}"
+        raise InvalidJob(
+            f"unknown user: {what} does not exist on this node; create it or submit as another user"
+        ) from None
+    if user and uid and pw.pw_uid != uid:
+        raise InvalidJob(f"user {user!r} is uid {pw.pw_uid} on this node but the job says uid {uid}; sync the user db")
+    # gid 0 means "not given" unless the user's primary group really is 0; never hand out root's group otherwise.
+    gid = gid or pw.pw_gid
+    groups = tuple(os.getgrouplist(pw.pw_name, gid))
+    if gid != pw.pw_gid and gid not in groups:
+        try:
+            name = grp.getgrgid(gid).gr_name
+        except KeyError:
+            name = str(gid)
+        raise InvalidJob(f"user {pw.pw_name!r} is not a member of group {name} (gid {gid}); submit with its own group")
+    me = os.geteuid()
+    return Identity(
+        user=pw.pw_name,
+        uid=pw.pw_uid,
+        gid=gid,
+        groups=groups,
+        home=pw.pw_dir,
+        shell=pw.pw_shell,
+        switch=me == 0 and (pw.pw_uid != 0 or gid != 0),
+    )
+
+
+def check_launch(job_id: int, attempt: int, script: str, spec: dict[str, Any]) -> Identity:
+    """Every rule a launch must satisfy before a supervisor starts; raises InvalidJob."""
+    if job_id <= 0:
+        raise InvalidJob(f"job.job_id: {job_id} is not a job id; the controller must send a positive id")
+    if attempt < 0:
+        raise InvalidJob(f"job.attempt: {attempt} is negative")
+    if not script.strip():
+        raise InvalidJob(f"job {job_id}: spec.script is missing or empty; submit a batch script")
+    check_spec_types(spec)
+    limit = int(spec.get("time_limit_secs") or 0)
+    if limit < 0:
+        raise InvalidJob(f"job {job_id}: spec.time_limit_secs is {limit}; use 0 for no limit or a positive number")
+    work_dir = spec.get("work_dir") or ""
+    if work_dir and not os.path.isabs(work_dir):
+        raise InvalidJob(f"job {job_id}: spec.work_dir {work_dir!r} is relative; submit an absolute path")
+    return resolve_identity(spec)
+
+
+def expand_output_path(pattern: str, job_id: int, spec: dict[str, Any], ident: Identity, node: str) -> str:
+    """Slurm's filename patterns: %j/%A job id, %x job name, %u user, %N node, %n node index, %% percent."""
+    values = {
+        "j": str(job_id),
+        "A": str(job_id),
+        "x": spec.get("name") or "batch",
+        "u": ident.user,
+        "N": node,
+        "n": "0",
+        "t": "0",
+        "s": "batch",
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            key = pattern[i + 1]
+            if key == "%":
+                out.append("%")
+            elif key in values:
+                out.append(values[key])
+            else:
+                out.append(ch + key)  # unknown patterns stay verbatim, as in Slurm
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def work_dir(spec: dict[str, Any], ident: Identity) -> str:
+    return spec.get("work_dir") or ident.home or "/tmp"
+
+
+def output_paths(job_id: int, spec: dict[str, Any], ident: Identity, node: str) -> tuple[str, str]:
+    """(stdout, stderr) as absolute paths; stderr goes with stdout unless asked otherwise, as in Slurm."""
+    base = work_dir(spec, ident)
+    out = expand_output_path(spec.get("stdout_path") or DEFAULT_OUTPUT, job_id, spec, ident, node)
+    err = expand_output_path(spec.get("stderr_path") or "", job_id, spec, ident, node) or out
+    return os.path.join(base, out), os.path.join(base, err)
+
+
+def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
+    """The submitter's environment plus the SLURM_* variables a batch script expects."""
+    spec = launch["spec"]
+    job_id, attempt = int(launch["job_id"]), int(launch["attempt"])
+    nodes = list(launch.get("nodes") or [launch["node"]])
+    env = {str(k): str(v) for k, v in (spec.get("environment") or {}).items()}
+    # A login session would set these; keep the submitter's values when sbatch exported them.
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("HOME", ident.home)
+    env.setdefault("USER", ident.user)
+    env.setdefault("LOGNAME", ident.user)
+    env.setdefault("SHELL", ident.shell or "/bin/sh")
+    tasks = max(1, int(spec.get("tasks") or 1))
+    cpt = max(1, int(spec.get("cpus_per_task") or 1))
+    per_node_cpus = -(-tasks * cpt // max(1, len(nodes)))
+    slurm = {
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOBID": str(job_id),
+        "SLURM_JOB_NAME": spec.get("name") or "batch",
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "SLURM_NODELIST": ",".join(nodes),
+        "SLURM_JOB_NUM_NODES": str(len(nodes)),
+        "SLURM_NNODES": str(len(nodes)),
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_NPROCS": str(tasks),
+        "SLURM_CPUS_PER_TASK": str(cpt),
+        "SLURM_CPUS_ON_NODE": str(per_node_cpus),
+        "SLURM_JOB_CPUS_PER_NODE": str(per_node_cpus),
+        "SLURM_JOB_PARTITION": spec.get("partition") or "default",
+        "SLURM_JOB_USER": ident.user,
+        "SLURM_JOB_UID": str(ident.uid),
+        "SLURM_JOB_GID": str(ident.gid),
+        "SLURM_SUBMIT_DIR": env.get("SLURM_SUBMIT_DIR") or work_dir(spec, ident),
+        "SLURM_SUBMIT_HOST": env.get("SLURM_SUBMIT_HOST") or launch["node"],
+        "SLURMD_NODENAME": launch["node"],
+        "SLURM_NODEID": "0",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_RESTART_COUNT": str(max(0, attempt - 1)),
+        "SLURM_SPUR_ATTEMPT": str(attempt),
+        "ENVIRONMENT": "BATCH",
+    }
+    if spec.get("account"):
+        slurm["SLURM_JOB_ACCOUNT"] = spec["account"]
+    if int(spec.get("memory_mb") or 0):
+        slurm["SLURM_MEM_PER_NODE"] = str(int(spec["memory_mb"]))
+    if int(spec.get("time_limit_secs") or 0):
+        slurm["SLURM_JOB_TIME_LIMIT_SECS"] = str(int(spec["time_limit_secs"]))
+    env.update(slurm)
+    return env
+
+
+def script_command(script: bytes) -> list[str]:
+    """argv that runs the script read from SCRIPT_FD: its own #! interpreter, else /bin/bash.
+
+    The interpreter line is split the way the kernel splits it (interpreter plus at most one argument),
+    so the script behaves as if it had been executed directly.
+    """
+    script_path = f"/dev/fd/{SCRIPT_FD}"
+    if script.startswith(b"#!"):
+        line = script[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+        if line:
+            interp, _, arg = line.partition(" ")
+            arg = arg.strip()
+            return [interp, arg, script_path] if arg else [interp, script_path]
+    return ["/bin/bash", script_path]
+
+
+def job_umask(env: dict[str, str]) -> int:
+    """sbatch exports the submitter's umask as SLURM_UMASK; otherwise the usual 022."""
+    try:
+        return int(env.get("SLURM_UMASK", "0022"), 8) & 0o777
+    except ValueError:
+        return 0o022
