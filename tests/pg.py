@@ -6,10 +6,11 @@ its own temporary directory (superuser `postgres`, trust: the tests' admin path)
 127.0.0.1 port with scram-sha-256 password authentication (the path the code under test uses, so a
 wrong or missing password really fails).
 
-Use it from a test module:
+Use it from a test module (tests/conftest.py puts tests/ on sys.path):
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pg import pg_server, pg_database  # noqa: F401  (pytest fixtures)
+    import pg
+
+    pg_server, pg_database = pg.pg_server, pg.pg_database  # bound by name: pytest finds them as fixtures
 
 `pg_server` is one server per test session; `pg_database` is a fresh, empty database in it per test.
 Tests that stop the server (outage tests) start their own with `PostgresServer.create()` so they never

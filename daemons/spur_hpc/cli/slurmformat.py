@@ -6,12 +6,11 @@ value as it is. Text between specifiers is copied. Each command supplies its let
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from spur_hpc.cli.runner import CliError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 

@@ -257,6 +257,7 @@ class Supervisor:
             "pid": me,
             "start_ticks": proc_start_ticks(me) or 0,
             "job_pid": self.job_pid,
+            "job_start_ticks": proc_start_ticks(self.job_pid) or 0,
             "tracking": self.tracker.method,
             "cgroup": getattr(self.tracker, "path", ""),
             "start_time": self.start_time,

@@ -8,7 +8,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from spur_hpc import conf
 from spur_hpc.accounting import (
     AccountingUnavailable,
@@ -32,8 +31,18 @@ SECRET = "s3cret-Pa55word-for-tests"
 def job(job_id: int = 1, state: str = "PENDING", attempt: int = 0, **fields: object) -> dict:
     record = {
         "job_id": job_id,
-        "spec": {"name": "sim", "user": "alice", "uid": 1000, "account": "physics", "partition": "batch",
-                 "nodes": 2, "tasks": 4, "cpus_per_task": 3, "memory_mb": 2048, "work_dir": "/home/alice"},
+        "spec": {
+            "name": "sim",
+            "user": "alice",
+            "uid": 1000,
+            "account": "physics",
+            "partition": "batch",
+            "nodes": 2,
+            "tasks": 4,
+            "cpus_per_task": 3,
+            "memory_mb": 2048,
+            "work_dir": "/home/alice",
+        },
         "state": state,
         "reason": "None",
         "exit_code": 0,
@@ -78,14 +87,34 @@ def test_every_finished_state_outranks_running_of_the_same_attempt() -> None:
 
 
 def test_job_row_maps_the_replicated_record() -> None:
-    row = dict(zip(COLUMNS, job_row("cid", job(
-        7, "COMPLETED", 1, start_time=1_700_000_010.0, end_time=1_700_000_070.5, nodes=["n1", "n2"], exit_code=3,
-        reason="None",
-    )), strict=True))
+    row = dict(
+        zip(
+            COLUMNS,
+            job_row(
+                "cid",
+                job(
+                    7,
+                    "COMPLETED",
+                    1,
+                    start_time=1_700_000_010.0,
+                    end_time=1_700_000_070.5,
+                    nodes=["n1", "n2"],
+                    exit_code=3,
+                    reason="None",
+                ),
+            ),
+            strict=True,
+        )
+    )
     assert row["cluster_id"] == "cid" and row["job_id"] == 7 and row["attempt"] == 1
     assert row["record_version"] == record_version(job(7, "COMPLETED", 1))
     assert (row["name"], row["user"], row["uid"], row["account"], row["partition"]) == (
-        "sim", "alice", 1000, "physics", "batch")
+        "sim",
+        "alice",
+        1000,
+        "physics",
+        "batch",
+    )
     assert row["submit_time"] == datetime.fromtimestamp(1_700_000_000, UTC)
     assert row["end_time"] == datetime.fromtimestamp(1_700_000_070.5, UTC)
     assert row["nodes"] == "n1,n2"
@@ -176,8 +205,7 @@ def test_writer_needs_a_cluster_id() -> None:
 
 def test_writer_during_an_outage_reports_backlog_and_fails_fast(caplog) -> None:
     caplog.set_level("DEBUG")
-    writer = AccountingWriter(f"postgresql://spur@127.0.0.1:{closed_port()}/spur", SECRET, "cid",
-                              retry_interval_secs=0)
+    writer = AccountingWriter(f"postgresql://spur@127.0.0.1:{closed_port()}/spur", SECRET, "cid", retry_interval_secs=0)
     assert writer.open() is False
     jobs = [job(i) for i in range(1, 6)]
     started = time.monotonic()
@@ -194,8 +222,9 @@ def test_writer_during_an_outage_reports_backlog_and_fails_fast(caplog) -> None:
 
 def test_retry_gate_keeps_a_dead_database_from_being_dialled_every_tick() -> None:
     now = [100.0]
-    writer = AccountingWriter(f"postgresql://spur@127.0.0.1:{closed_port()}/spur", SECRET, "cid",
-                              retry_interval_secs=30, clock=lambda: now[0])
+    writer = AccountingWriter(
+        f"postgresql://spur@127.0.0.1:{closed_port()}/spur", SECRET, "cid", retry_interval_secs=30, clock=lambda: now[0]
+    )
     writer.reconcile([job(1)])
     first_error = writer.health()["last_error"]
     now[0] += 1
@@ -251,6 +280,13 @@ def test_window_accepts_epoch_seconds_and_refuses_an_end_before_the_start() -> N
 
 def test_states_accept_sacct_short_forms_and_refuse_unknown_ones() -> None:
     assert normalize_states(["pd", "R", "cd", "F", "ca", "TO", "nf", "RUNNING"]) == [
-        "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"]
+        "PENDING",
+        "RUNNING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+    ]
     with pytest.raises(InvalidQuery, match="unknown job state 'XX'"):
         normalize_states(["XX"])

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
+import pg
 import psycopg
 import pytest
-
+from pg import Database, private_server
 from spur_hpc import conf
 from spur_hpc.accounting import (
     SCHEMA_VERSION,
@@ -28,8 +27,7 @@ from spur_hpc.accounting import (
 )
 from spur_hpc.accounting.migrations import MIGRATION_LOCK_KEY, MIGRATIONS, Migration
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared PostgreSQL fixture module
-from pg import Database, pg_database, pg_server, private_server  # noqa: E402, F401  (pytest fixtures)
+pg_server, pg_database = pg.pg_server, pg.pg_database  # pytest fixtures, bound by name: one server per session
 
 CLUSTER = "11111111-aaaa-4bbb-8ccc-000000000001"
 OTHER_CLUSTER = "22222222-aaaa-4bbb-8ccc-000000000002"

@@ -1,0 +1,90 @@
+"""gRPC SlurmAgent: translate requests into SupervisorTable calls and its errors into status codes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from spur_hpc import buildinfo
+from spur_hpc.agent.supervisors import LaunchError, SupervisorTable
+from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+from spur_hpc.stepd.jobspec import InvalidJob
+
+log = logging.getLogger("spurd.grpc")
+
+SPEC_FIELDS = (
+    "name",
+    "user",
+    "uid",
+    "gid",
+    "work_dir",
+    "stdout_path",
+    "stderr_path",
+    "nodes",
+    "tasks",
+    "cpus_per_task",
+    "memory_mb",
+    "time_limit_secs",
+    "partition",
+    "account",
+)
+
+
+def spec_to_dict(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
+    """The launch record's spec: every JobSpec field but the script (stored in a file of its own)."""
+    out: dict[str, Any] = {f: getattr(spec, f) for f in SPEC_FIELDS}
+    out["environment"] = dict(spec.environment)
+    return out
+
+
+def running_pb(table: SupervisorTable) -> list[slurm_pb2.RunningJob]:
+    return [slurm_pb2.RunningJob(job_id=j, attempt=a, supervisor_pid=p) for j, a, p in table.running_jobs()]
+
+
+class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
+    def __init__(self, node: str, table: SupervisorTable, registered: Callable[[], bool]) -> None:
+        self.node = node
+        self.table = table
+        self.registered = registered
+
+    def Ping(self, request, context):  # noqa: N802 (gRPC's names)
+        return slurm_pb2.AgentPingReply(
+            node=self.node,
+            version=buildinfo.version(),
+            build=buildinfo.build(),
+            registered=self.registered(),
+            running=running_pb(self.table),
+        )
+
+    def LaunchJob(self, request, context):  # noqa: N802
+        job = request.job
+        try:
+            pid, already = self.table.launch(
+                job.job_id, job.attempt, list(job.nodes), spec_to_dict(job.spec), job.spec.script
+            )
+        except InvalidJob as exc:
+            log.warning("LaunchJob of job %d attempt %d refused: %s", job.job_id, job.attempt, exc)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except LaunchError as exc:
+            log.error("LaunchJob of job %d attempt %d failed: %s", job.job_id, job.attempt, exc)
+            code = grpc.StatusCode.UNAVAILABLE if exc.retryable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(exc))
+        if already:
+            log.info("LaunchJob of job %d attempt %d repeated: supervisor pid %d already runs it",
+                     job.job_id, job.attempt, pid)
+        return slurm_pb2.LaunchJobReply(supervisor_pid=pid, already_running=already)
+
+    def SignalJob(self, request, context):  # noqa: N802
+        session = self.table.find(request.job_id, request.attempt)
+        if session is None or session.state not in ("running",):
+            log.info("SignalJob %d to job %d attempt %d: no such job running here", request.signal,
+                     request.job_id, request.attempt)
+            return slurm_pb2.SignalJobReply(delivered=False)
+        what = "cancel" if request.signal == 0 else f"signal {request.signal}"
+        delivered = self.table.signal(session, request.signal)
+        log.info("%s for job %d attempt %d: %s", what, session.job_id, session.attempt,
+                 "delivered" if delivered else "not delivered")
+        return slurm_pb2.SignalJobReply(delivered=delivered)

@@ -1,0 +1,184 @@
+"""How nodes look: sinfo's grouped columns and `scontrol show node`'s Key=Value form.
+
+Pure functions of Node messages (decoded or generated alike), so golden tests can compare text.
+"""
+
+from __future__ import annotations
+
+from spur_hpc.cli import hostlist, protocodec, slurmformat, units
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
+SINFO_NODE_FORMAT = "%#N %.6D %#P %6t"
+SINFO_REASONS_FORMAT = "%20E %9u %19H %N"
+DEFAULT_PARTITION = "default"
+
+SHORT_STATES = {
+    "IDLE": "idle",
+    "MIXED": "mix",
+    "ALLOCATED": "alloc",
+    "DRAINING": "drng",
+    "DRAINED": "drain",
+    "DOWN": "down",
+    "NODE_STATE_UNKNOWN": "unk",
+}
+LONG_STATES = {
+    "IDLE": "idle",
+    "MIXED": "mixed",
+    "ALLOCATED": "allocated",
+    "DRAINING": "draining",
+    "DRAINED": "drained",
+    "DOWN": "down",
+    "NODE_STATE_UNKNOWN": "unknown",
+}
+# accepted by sinfo -t and spur's filters: Slurm's short and long names -> NodeState names
+STATE_ALIASES = {
+    **{v: k for k, v in SHORT_STATES.items()},
+    **{v: k for k, v in LONG_STATES.items()},
+    "drain": "DRAINED",
+    "alloc": "ALLOCATED",
+    "allocated": "ALLOCATED",
+}
+
+SINFO_TITLES = {
+    "P": "PARTITION",
+    "R": "PARTITION",
+    "a": "AVAIL",
+    "l": "TIMELIMIT",
+    "D": "NODES",
+    "t": "STATE",
+    "T": "STATE",
+    "N": "NODELIST",
+    "n": "HOSTNAMES",
+    "c": "CPUS",
+    "m": "MEMORY",
+    "C": "CPUS(A/I/O/T)",
+    "E": "REASON",
+    "H": "TIMESTAMP",
+    "u": "USER",
+    "O": "CPU_LOAD",
+    "e": "FREE_MEM",
+    "v": "VERSION",
+}
+# letters summed or listed over a group of nodes; every other letter splits groups
+_AGGREGATE_LETTERS = frozenset("DNnC")
+
+
+def state_name(node: Any) -> str:
+    return protocodec.schema().enum_name("NodeState", node.state)
+
+
+def not_responding(node: Any) -> bool:
+    """A node whose agent is gone (not an administrator's DOWN); sinfo marks it with '*'."""
+    return not node.registered
+
+
+def partition(node: Any) -> str:
+    return node.partition or DEFAULT_PARTITION
+
+
+def short_state(node: Any) -> str:
+    state = state_name(node)
+    return SHORT_STATES.get(state, state.lower()) + ("*" if not_responding(node) else "")
+
+
+def long_state(node: Any) -> str:
+    state = state_name(node)
+    return LONG_STATES.get(state, state.lower()) + ("*" if not_responding(node) else "")
+
+
+def _node_value(letter: str, node: Any) -> str:
+    if letter == "P":
+        name = partition(node)
+        return name + "*" if name == DEFAULT_PARTITION else name
+    if letter == "R":
+        return partition(node)
+    if letter == "a":
+        return "up"
+    if letter == "l":
+        return "infinite"
+    if letter == "t":
+        return short_state(node)
+    if letter == "T":
+        return long_state(node)
+    if letter == "c":
+        return str(node.resources.cpus)
+    if letter == "m":
+        return str(node.resources.memory_mb)
+    if letter == "E":
+        return node.reason or "none"
+    if letter == "H":
+        return units.format_timestamp(node.reason_time) if node.reason else "Unknown"
+    if letter == "u":
+        return (node.reason_set_by or "root") if node.reason else "Unknown"
+    if letter in ("O", "e"):
+        return "N/A"
+    if letter == "v":
+        return node.version or "N/A"
+    raise KeyError(letter)
+
+
+def _group_value(letter: str, nodes: list[Any]) -> str:
+    if letter == "D":
+        return str(len(nodes))
+    if letter in ("N", "n"):
+        return hostlist.compress([n.name for n in nodes])
+    if letter == "C":
+        allocated = sum(min(n.allocated.cpus, n.resources.cpus) for n in nodes)
+        total = sum(n.resources.cpus for n in nodes)
+        unavailable = ("DOWN", "DRAINED", "DRAINING")
+        other = sum(n.resources.cpus - min(n.allocated.cpus, n.resources.cpus) for n in nodes
+                    if state_name(n) in unavailable)
+        idle = total - allocated - other
+        return f"{allocated}/{idle}/{other}/{total}"
+    return _node_value(letter, nodes[0])
+
+
+def sinfo_lines(
+    nodes: list[Any], format_text: str, header: bool, node_oriented: bool = False, program: str = "sinfo"
+) -> list[str]:
+    """Nodes with equal values in every non-aggregate column share a line (partition, then first node name)."""
+    columns = slurmformat.parse(program, format_text, SINFO_TITLES)
+    keys = [c.letter for c in columns if c.letter and c.letter not in _AGGREGATE_LETTERS]
+    ordered = sorted(nodes, key=lambda n: (partition(n) != DEFAULT_PARTITION, partition(n), _natural(n.name)))
+    groups: list[list[Any]] = []
+    if node_oriented:
+        groups = [[n] for n in ordered]
+    else:
+        index: dict[tuple[str, ...], list[Any]] = {}
+        for node in ordered:
+            key = tuple(_node_value(letter, node) for letter in keys)
+            if key not in index:
+                index[key] = []
+                groups.append(index[key])
+            index[key].append(node)
+    return slurmformat.render(columns, groups, _group_value, SINFO_TITLES, header)
+
+
+def _natural(name: str) -> tuple[str, int, str]:
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem) :]
+    return stem, int(digits) if digits else -1, name
+
+
+def show_node_lines(node: Any, now: float) -> list[str]:
+    """`scontrol show node` for one node; the first line is exactly NodeName=<name> so scripts can match it."""
+    state = state_name(node)
+    lines = [
+        f"NodeName={node.name}",
+        f"   CPUAlloc={node.allocated.cpus} CPUTot={node.resources.cpus} CPULoad=N/A",
+        f"   RealMemory={node.resources.memory_mb} AllocMem={node.allocated.memory_mb} FreeMem=N/A",
+        f"   NodeAddr={node.address or '(null)'} Version={node.version or 'N/A'} Build={node.build or 'N/A'}",
+        f"   State={state}{'+NOT_RESPONDING' if not_responding(node) and state != 'DOWN' else ''}"
+        f" Partitions={partition(node)}",
+        f"   Jobs={','.join(str(j) for j in node.job_ids) or '(null)'}",
+        f"   LastRegistered={units.format_timestamp(node.last_registered, 'None')}"
+        f" LastHeartbeat={units.format_timestamp(node.last_heartbeat, 'None')}",
+    ]
+    if node.reason:
+        who = node.reason_set_by or "root"
+        lines.append(f"   Reason={node.reason} [{who}@{units.format_timestamp(node.reason_time)}]")
+    return lines
