@@ -73,18 +73,31 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
             code = grpc.StatusCode.UNAVAILABLE if exc.retryable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(exc))
         if already:
-            log.info("LaunchJob of job %d attempt %d repeated: supervisor pid %d already runs it",
-                     job.job_id, job.attempt, pid)
+            log.info(
+                "LaunchJob of job %d attempt %d repeated: supervisor pid %d already runs it",
+                job.job_id,
+                job.attempt,
+                pid,
+            )
         return slurm_pb2.LaunchJobReply(supervisor_pid=pid, already_running=already)
 
     def SignalJob(self, request, context):  # noqa: N802
         session = self.table.find(request.job_id, request.attempt)
         if session is None or session.state not in ("running",):
-            log.info("SignalJob %d to job %d attempt %d: no such job running here", request.signal,
-                     request.job_id, request.attempt)
+            log.info(
+                "SignalJob %d to job %d attempt %d: no such job running here",
+                request.signal,
+                request.job_id,
+                request.attempt,
+            )
             return slurm_pb2.SignalJobReply(delivered=False)
         what = "cancel" if request.signal == 0 else f"signal {request.signal}"
         delivered = self.table.signal(session, request.signal)
-        log.info("%s for job %d attempt %d: %s", what, session.job_id, session.attempt,
-                 "delivered" if delivered else "not delivered")
+        log.info(
+            "%s for job %d attempt %d: %s",
+            what,
+            session.job_id,
+            session.attempt,
+            "delivered" if delivered else "not delivered",
+        )
         return slurm_pb2.SignalJobReply(delivered=delivered)

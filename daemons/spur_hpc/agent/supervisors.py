@@ -91,8 +91,15 @@ def stepd_command(configured: str) -> list[str]:
 
 
 class SupervisorTable:
-    def __init__(self, state_dir: str, node: str, stepd_cmd: list[str], launch_timeout: float,
-                 stopping: threading.Event, log_level: str = "info") -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        node: str,
+        stepd_cmd: list[str],
+        launch_timeout: float,
+        stopping: threading.Event,
+        log_level: str = "info",
+    ) -> None:
         self.state_path = os.path.abspath(state_dir)
         self.node = node
         self.stepd_cmd = stepd_cmd
@@ -133,7 +140,9 @@ class SupervisorTable:
 
     # -------------------------------------------------------------- launching
 
-    def launch(self, job_id: int, attempt: int, nodes: list[str], spec: dict[str, Any], script: str) -> tuple[int, bool]:
+    def launch(
+        self, job_id: int, attempt: int, nodes: list[str], spec: dict[str, Any], script: str
+    ) -> tuple[int, bool]:
         """Start a supervisor for (job_id, attempt); (supervisor pid, already_running). Idempotent per attempt."""
         jobspec.check_launch(job_id, attempt, script, spec)  # raises InvalidJob: one line for the controller
         key = (job_id, attempt)
@@ -159,8 +168,12 @@ class SupervisorTable:
             return existing.supervisor_pid, True
         try:
             for old in older:
-                log.info("job %d attempt %d replaces attempt %d on this node: cancelling the old one",
-                         job_id, attempt, old.attempt)
+                log.info(
+                    "job %d attempt %d replaces attempt %d on this node: cancelling the old one",
+                    job_id,
+                    attempt,
+                    old.attempt,
+                )
                 old.report = False
                 self.signal(old, 0)
             self._start(session, nodes, spec, script)
@@ -196,8 +209,14 @@ class SupervisorTable:
         try:
             # The first process forks the real supervisor into a new session and exits: we reap it below
             # and never become the supervisor's parent.
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
-                                    close_fds=True, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,
+                close_fds=True,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._discard(session)
             raise LaunchError(f"cannot run {argv[0]}: {exc.strerror}; check [agent] stepd_path") from None
@@ -227,8 +246,13 @@ class SupervisorTable:
             raise LaunchError(f"spurstepd refused job {session.job_id}: {answer.get('error')}", retryable=False)
         session.supervisor_pid = int(answer["pid"])
         session.state = "running"
-        log.info("job %d attempt %d: supervisor pid %d started (job pid %s)", session.job_id, session.attempt,
-                 session.supervisor_pid, answer.get("job_pid"))
+        log.info(
+            "job %d attempt %d: supervisor pid %d started (job pid %s)",
+            session.job_id,
+            session.attempt,
+            session.supervisor_pid,
+            answer.get("job_pid"),
+        )
 
     def _read_handshake(self, proc: subprocess.Popen) -> str | None:
         end = time.monotonic() + self.launch_timeout
@@ -293,8 +317,9 @@ class SupervisorTable:
             if session.cancel_wanted and not cancel_sent:
                 cancel_sent = self.signal(session, 0)
             try:
-                reply = protocol.call(session.socket_path, {"op": "wait", "timeout": WAIT_POLL_SECS},
-                                      timeout=WAIT_POLL_SECS + 10)
+                reply = protocol.call(
+                    session.socket_path, {"op": "wait", "timeout": WAIT_POLL_SECS}, timeout=WAIT_POLL_SECS + 10
+                )
             except protocol.SupervisorUnreachable as exc:
                 outcome = self._without_socket(session)
                 if outcome is None:
@@ -332,14 +357,30 @@ class SupervisorTable:
             log.error("job %d attempt %d: refusing its result: %s", session.job_id, session.attempt, exc)
             result = None
         if result is not None:
-            log.info("job %d attempt %d: supervisor is gone; its recorded result is %s exit_code=%s",
-                     session.job_id, session.attempt, result.get("state"), result.get("exit_code"))
+            log.info(
+                "job %d attempt %d: supervisor is gone; its recorded result is %s exit_code=%s",
+                session.job_id,
+                session.attempt,
+                result.get("state"),
+                result.get("exit_code"),
+            )
             return result
-        log.error("job %d attempt %d: supervisor died without recording a result; killing what is left of the job "
-                  "and reporting NODE_FAIL", session.job_id, session.attempt)
+        log.error(
+            "job %d attempt %d: supervisor died without recording a result; killing what is left of the job "
+            "and reporting NODE_FAIL",
+            session.job_id,
+            session.attempt,
+        )
         self._kill_orphaned_job(record or {})
-        return {"job_id": session.job_id, "attempt": session.attempt, "state": NODE_FAIL, "exit_code": 0,
-                "signal": 0, "end_time": time.time(), "reason": "job supervisor lost"}
+        return {
+            "job_id": session.job_id,
+            "attempt": session.attempt,
+            "state": NODE_FAIL,
+            "exit_code": 0,
+            "signal": 0,
+            "end_time": time.time(),
+            "reason": "job supervisor lost",
+        }
 
     def _young(self, session: Session) -> bool:
         try:
@@ -368,8 +409,12 @@ class SupervisorTable:
             session.result = result
             session.state = "finished"
         if not session.report:
-            log.info("job %d attempt %d ended (%s); it was superseded, so it is not reported",
-                     session.job_id, session.attempt, result.get("state"))
+            log.info(
+                "job %d attempt %d ended (%s); it was superseded, so it is not reported",
+                session.job_id,
+                session.attempt,
+                result.get("state"),
+            )
             self.collect(session)
             return
         self.finished.put(session)
@@ -437,8 +482,13 @@ class SupervisorTable:
             session.supervisor_pid = int(status.get("pid") or 0)
             if status.get("state") == "finished" and isinstance(status.get("result"), dict):
                 session.result = status["result"]
-            log.info("re-adopted job %d attempt %d: supervisor pid %d, job %s", session.job_id, session.attempt,
-                     session.supervisor_pid, "finished" if session.result else "running")
+            log.info(
+                "re-adopted job %d attempt %d: supervisor pid %d, job %s",
+                session.job_id,
+                session.attempt,
+                session.supervisor_pid,
+                "finished" if session.result else "running",
+            )
         else:
             try:
                 record = sdir.read_record_if_present(SUPERVISOR_FILE, "supervisor") or {}
@@ -447,16 +497,26 @@ class SupervisorTable:
             session.supervisor_pid = int(record.get("pid") or 0)
             session.result = self._without_socket(session)
             if session.result is None:
-                log.info("re-adopted job %d attempt %d: supervisor pid %d is alive but its socket does not answer "
-                         "yet", session.job_id, session.attempt, session.supervisor_pid)
+                log.info(
+                    "re-adopted job %d attempt %d: supervisor pid %d is alive but its socket does not answer yet",
+                    session.job_id,
+                    session.attempt,
+                    session.supervisor_pid,
+                )
             else:
-                log.info("job %d attempt %d ended while spurd was down: %s exit_code=%s signal=%s", session.job_id,
-                         session.attempt, session.result.get("state"), session.result.get("exit_code"),
-                         session.result.get("signal"))
+                log.info(
+                    "job %d attempt %d ended while spurd was down: %s exit_code=%s signal=%s",
+                    session.job_id,
+                    session.attempt,
+                    session.result.get("state"),
+                    session.result.get("exit_code"),
+                    session.result.get("signal"),
+                )
         with self.lock:
             self.sessions[session.key] = session
         if session.result is not None:
             self._finished(session, session.result)
         else:
-            threading.Thread(target=self._watch, args=(session,), name=f"watch-{session.job_id}.{session.attempt}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._watch, args=(session,), name=f"watch-{session.job_id}.{session.attempt}", daemon=True
+            ).start()

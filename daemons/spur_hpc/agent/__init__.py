@@ -1,0 +1,1 @@
+"""spurd: the node agent (registration, heartbeats, job launch through spurstepd, restart reconciliation)."""

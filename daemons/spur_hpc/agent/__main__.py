@@ -1,0 +1,3 @@
+from spur_hpc.agent.daemon import main
+
+raise SystemExit(main())
