@@ -266,3 +266,16 @@ def test_raft_port_in_use_is_a_clear_error(make_cluster):
         )
     assert result.returncode == 2
     assert "raft_addr" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_snapshots_and_a_full_restart_keep_every_job(make_cluster):
+    c = make_cluster(3, extra_controller="log_compaction_entries = 20")
+    written = submit_anywhere(c, 60)
+    wait_until(lambda: all((m.state_dir / "raft.dump").exists() for m in c.members), 20, "snapshots on every member")
+    c.stop()
+    c.start()
+    leader = c.wait_leader(timeout=30)
+    wait_until(lambda: set(written) <= all_job_ids(c, leader), 15, "the leader to hold every job after restart")
+    for m in c.members:
+        wait_until(lambda m=m: set(written) <= all_job_ids(c, m), 15, "every member to hold every job")
+    assert submit_anywhere(c, 1)[0] == max(written) + 1
