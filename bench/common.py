@@ -24,8 +24,14 @@ def summary(values: list[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
-    return {"n": len(ordered), "median": statistics.median(ordered), "p99": pct(99), "min": ordered[0],
-            "max": ordered[-1], "mean": statistics.fmean(ordered)}
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "p99": pct(99),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "mean": statistics.fmean(ordered),
+    }
 
 
 def machine() -> dict[str, object]:
@@ -35,14 +41,24 @@ def machine() -> dict[str, object]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    return {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "kernel": platform.release(), "versions": versions}
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "versions": versions,
+    }
 
 
 def record(name: str, results: dict[str, object]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    body = {"name": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-            "command": " ".join([Path(sys.executable).name] + sys.argv), "results": results}
+    body = {
+        "name": name,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "command": " ".join([Path(sys.executable).name] + sys.argv),
+        "results": results,
+    }
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path

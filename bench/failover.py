@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 from common import record, summary
 from harness import ControllerCluster, cleanup_all, wait_until
-
 from spur_hpc.proto import slurm_pb2
 
 SPEC = slurm_pb2.JobSpec(name="bench", script="true", user="bench", work_dir="/tmp")
@@ -68,18 +67,27 @@ def main() -> None:
                 writes.append(written_at - killed_at)
                 if "probe" in seen:
                     probes.append(seen["probe"] - killed_at)
-                print(f"trial {trial + 1}: first committed write {writes[-1] * 1000:.0f} ms, "
-                      f"probe 200 {probes[-1] * 1000 if probes else float('nan'):.0f} ms", flush=True)
+                print(
+                    f"trial {trial + 1}: first committed write {writes[-1] * 1000:.0f} ms, "
+                    f"probe 200 {probes[-1] * 1000 if probes else float('nan'):.0f} ms",
+                    flush=True,
+                )
                 cluster.restart(leader.index)
         finally:
             cluster.stop()
             cleanup_all()
-    result = {"kill_to_first_write_s": summary(writes), "kill_to_probe_200_s": summary(probes),
-              "trials": opts.trials, "targets": {"median_s": 1.0, "p99_s": 2.0}}
+    result = {
+        "kill_to_first_write_s": summary(writes),
+        "kill_to_probe_200_s": summary(probes),
+        "trials": opts.trials,
+        "targets": {"median_s": 1.0, "p99_s": 2.0},
+    }
     path = record("failover", result)
     w = result["kill_to_first_write_s"]
-    print(f"failover over {opts.trials} trials: median {w['median']:.3f} s, p99 {w['p99']:.3f} s, "
-          f"max {w['max']:.3f} s -> {path}")
+    print(
+        f"failover over {opts.trials} trials: median {w['median']:.3f} s, p99 {w['p99']:.3f} s, "
+        f"max {w['max']:.3f} s -> {path}"
+    )
 
 
 if __name__ == "__main__":
