@@ -213,10 +213,30 @@ def test_a_rebootstrapped_cluster_does_not_overwrite_the_old_clusters_history(pg
                                                                           3: "COMPLETED"}
     assert {k: v[0] for k, v in stored(pg_database, OTHER_CLUSTER).items()} == {1: "RUNNING", 2: "RUNNING"}
     with pg_database.admin_connect() as conn:
-        assert [r["name"] for r in query_jobs(conn, cluster_id=CLUSTER, job_ids=[1])] == ["job1"]
-        assert [r["user"] for r in query_jobs(conn, cluster_id=OTHER_CLUSTER, job_ids=[1])] == ["bob"]
+        assert [r["spec"]["name"] for r in query_jobs(conn, cluster_id=CLUSTER, job_ids=[1])] == ["job1"]
+        assert [r["spec"]["user"] for r in query_jobs(conn, cluster_id=OTHER_CLUSTER, job_ids=[1])] == ["bob"]
         assert len(query_jobs(conn, job_ids=[1])) == 2  # every cluster when none is named
         assert {c["cluster_id"] for c in clusters(conn) if c["name"] == "spur"} == {CLUSTER, OTHER_CLUSTER}
+
+
+def test_a_queried_record_has_the_replicated_jobs_shape(pg_database: Database) -> None:
+    from spur_hpc.controller.grpc_api import job_to_pb
+
+    original = job(4, "TIMEOUT", 2, exit_code=0, signal=9, reason="time limit", nodes=["n1", "n2"])
+    original["spec"].update(gid=100, nodes=2, tasks=8, cpus_per_task=2, time_limit_secs=3600, memory_mb=4096)
+    writer_for(pg_database).reconcile([original])
+    with pg_database.admin_connect() as conn:
+        (record,) = query_jobs(conn, job_ids=[4])
+    for key in ("job_id", "state", "reason", "exit_code", "signal", "submit_time", "start_time", "end_time", "nodes",
+                "attempt"):
+        assert record[key] == original[key], key
+    for key in ("name", "user", "uid", "gid", "account", "partition", "nodes", "tasks", "cpus_per_task",
+                "memory_mb", "time_limit_secs", "work_dir"):
+        assert record["spec"][key] == original["spec"][key], key
+    assert record["cpus"] == 16 and record["cluster_id"] == CLUSTER
+    # The controller's live-job conversion serves sacct records as they are.
+    message = job_to_pb(record)
+    assert (message.job_id, message.spec.tasks, list(message.nodes)) == (4, 8, ["n1", "n2"])
 
 
 def test_job_ids_are_64_bit(pg_database: Database) -> None:

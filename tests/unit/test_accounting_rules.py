@@ -120,6 +120,7 @@ def test_job_row_maps_the_replicated_record() -> None:
     assert row["nodes"] == "n1,n2"
     assert row["cpus"] == 12  # 4 tasks x 3 cpus over 2 nodes = 6 per node, 2 nodes
     assert row["memory_mb"] == 2048 and row["work_dir"] == "/home/alice"
+    assert (row["req_nodes"], row["tasks"], row["cpus_per_task"], row["time_limit_secs"]) == (2, 4, 3, 0)
     assert row["reason"] == "" and row["exit_code"] == 3
 
 

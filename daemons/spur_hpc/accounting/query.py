@@ -48,9 +48,25 @@ STATE_NAMES = {
 }
 
 _RESULT_COLUMNS = (
-    "cluster_id, job_id, attempt, name, \"user\", uid, account, partition, state, reason, exit_code, signal, "
-    "submit_time, start_time, end_time, nodes, cpus, memory_mb, work_dir, updated_at"
+    'cluster_id, job_id, attempt, name, "user", uid, gid, account, partition, state, reason, exit_code, signal, '
+    "submit_time, start_time, end_time, nodes, cpus, req_nodes, tasks, cpus_per_task, memory_mb, time_limit_secs, "
+    "work_dir, updated_at"
 )
+# Row columns that belong in the record's "spec", as in the replicated job (controller/state.py).
+_SPEC_COLUMNS = {
+    "name": "name",
+    "user": "user",
+    "uid": "uid",
+    "gid": "gid",
+    "account": "account",
+    "partition": "partition",
+    "req_nodes": "nodes",
+    "tasks": "tasks",
+    "cpus_per_task": "cpus_per_task",
+    "memory_mb": "memory_mb",
+    "time_limit_secs": "time_limit_secs",
+    "work_dir": "work_dir",
+}
 
 
 class InvalidQuery(AccountingError, ValueError):
@@ -141,8 +157,11 @@ def query_jobs(
 ) -> list[dict[str, Any]]:
     """Job records as sacct selects them, ordered by job id (then cluster, then submit time).
 
-    Each record has the replicated job's field names: times are epoch seconds (0.0 when not yet),
-    nodes a list of node names; plus cluster_id, cpus, memory_mb, work_dir and updated_at.
+    Each record has the shape of a replicated job (controller/state.py), so the code that turns a live
+    job into a Job message serves sacct too: job_id, spec{name, user, uid, gid, account, partition, nodes,
+    tasks, cpus_per_task, memory_mb, time_limit_secs, work_dir}, state, reason, exit_code, signal,
+    submit_time/start_time/end_time (epoch seconds, 0.0 when not yet), nodes (list), attempt,
+    cancel_requested (False); plus cluster_id, cpus (allocated) and updated_at.
     cluster_id None means every cluster in the database.
     """
     ids = [int(j) for j in job_ids]
@@ -200,11 +219,27 @@ def _epoch(value: datetime | None) -> float:
 
 
 def _as_record(row: dict[str, Any]) -> dict[str, Any]:
-    record = dict(row)
-    for key in ("submit_time", "start_time", "end_time", "updated_at"):
-        record[key] = _epoch(row[key])
-    record["nodes"] = [n for n in (row["nodes"] or "").split(",") if n]
-    return record
+    spec = {key: row[column] for column, key in _SPEC_COLUMNS.items()}
+    spec["uid"] = spec["uid"] or 0
+    spec["gid"] = spec["gid"] or 0
+    spec["memory_mb"] = spec["memory_mb"] or 0
+    return {
+        "cluster_id": row["cluster_id"],
+        "job_id": row["job_id"],
+        "spec": spec,
+        "state": row["state"],
+        "reason": row["reason"] or "None",
+        "exit_code": row["exit_code"],
+        "signal": row["signal"],
+        "submit_time": _epoch(row["submit_time"]),
+        "start_time": _epoch(row["start_time"]),
+        "end_time": _epoch(row["end_time"]),
+        "nodes": [n for n in (row["nodes"] or "").split(",") if n],
+        "attempt": row["attempt"],
+        "cancel_requested": False,  # not recorded: a finished job's state already says how it ended
+        "cpus": row["cpus"] or 0,
+        "updated_at": _epoch(row["updated_at"]),
+    }
 
 
 def clusters(conn: psycopg.Connection) -> list[dict[str, Any]]:

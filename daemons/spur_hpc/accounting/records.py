@@ -30,6 +30,7 @@ COLUMNS: tuple[str, ...] = (
     "name",
     "user",
     "uid",
+    "gid",
     "account",
     "partition",
     "state",
@@ -41,7 +42,11 @@ COLUMNS: tuple[str, ...] = (
     "end_time",
     "nodes",
     "cpus",
+    "req_nodes",
+    "tasks",
+    "cpus_per_task",
     "memory_mb",
+    "time_limit_secs",
     "work_dir",
 )
 
@@ -89,6 +94,7 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         _text(spec.get("name")),
         _text(spec.get("user")),
         int(spec["uid"]) if spec.get("uid") is not None else None,
+        int(spec["gid"]) if spec.get("gid") is not None else None,
         _text(spec.get("account")),
         _text(spec.get("partition") or "default"),
         str(job["state"]),
@@ -100,7 +106,11 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         timestamp(job.get("start_time")),
         timestamp(job.get("end_time")),
         ",".join(nodes),
-        per_node_cpus(spec) * node_count,
+        per_node_cpus(spec) * node_count,  # allocated CPUs (per-node share rounded up)
+        max(1, int(spec.get("nodes") or 1)),
+        max(1, int(spec.get("tasks") or 1)),
+        max(1, int(spec.get("cpus_per_task") or 1)),
         memory or None,
+        int(spec.get("time_limit_secs") or 0),
         _text(spec.get("work_dir")),
     )
