@@ -120,6 +120,7 @@ class AccountingWriter:
         self._rejected: dict[int, int] = {}  # job_id -> version the database refused (bad data), not retried
         self._next_connect = 0.0
         self._io = threading.Lock()  # one database conversation at a time
+        self._known_lock = threading.Lock()  # recorded_job_ids_before() must not wait for database I/O
         self._status_lock = threading.Lock()  # health() never waits for a slow database
         self._status = _Status()
 
@@ -159,7 +160,8 @@ class AccountingWriter:
         """
         with self._io:
             latest = self._latest_by_id(jobs)
-            self._known = {job_id: v for job_id, v in self._known.items() if job_id in latest}
+            with self._known_lock:
+                self._known = {job_id: v for job_id, v in self._known.items() if job_id in latest}
             self._rejected = {job_id: v for job_id, v in self._rejected.items() if job_id in latest}
             was_connected = self.health()["connected"]
             try:
@@ -189,7 +191,7 @@ class AccountingWriter:
         Only these may be purged from the replicated state (jobs_purge keeps the others): a job's
         history must be in accounting before the controller forgets it.
         """
-        with self._io:
+        with self._known_lock:
             known = dict(self._known)
         return {
             int(job["job_id"])
@@ -237,30 +239,27 @@ class AccountingWriter:
             written = 0
             for start in range(0, len(due), self.batch_size):
                 chunk = due[start : start + self.batch_size]
-                written += self._write_chunk(conn, chunk)
-                self._set(backlog=len(due) - start - len(chunk))
+                changed = self._write_chunk(conn, chunk)
+                written += changed
+                with self._status_lock:  # per committed batch: a later failure does not undo these
+                    self._status.written_total += changed
+                    self._status.backlog = len(due) - start - len(chunk)
         except psycopg.Error as exc:
             self._drop_connection()
             raise self._unavailable(exc) from None
-        with self._status_lock:
-            self._status.written_total += written
-            self._status.last_error = ""
-            self._status.last_success_time = time.time()
+        self._set(last_error="", last_success_time=time.time())
         return written
 
     def _read_back(self, conn: psycopg.Connection, job_ids: list[int]) -> None:
         """After a (re)connect, learn what the database really holds (it may have been restored or written by
         another leader) instead of trusting this process's memory."""
-        known: dict[int, int] = {}
-        if job_ids:
-            wanted = set(job_ids)
-            # A key range scan: the live job ids are a recent, nearly contiguous range.
-            rows = conn.execute(
-                "SELECT job_id, record_version FROM spur_jobs WHERE cluster_id = %s AND job_id BETWEEN %s AND %s",
-                (self.cluster_id, min(wanted), max(wanted)),
-            ).fetchall()
-            known = {int(job_id): int(version) for job_id, version in rows if job_id in wanted}
-        self._known = known
+        rows = conn.execute(
+            # bigint[]: an untyped list of small ints would be sent as smallint[] and miss the key index.
+            "SELECT job_id, record_version FROM spur_jobs WHERE cluster_id = %s AND job_id = ANY(%s::bigint[])",
+            (self.cluster_id, job_ids),
+        ).fetchall()
+        with self._known_lock:
+            self._known = {int(job_id): int(version) for job_id, version in rows}
         self._known_trusted = True
 
     def _write_chunk(self, conn: psycopg.Connection, chunk: list[Mapping[str, Any]]) -> int:
@@ -272,10 +271,11 @@ class AccountingWriter:
                 raise
             # One bad row must not block every other record forever: find it row by row.
             changed = self._merge_one_by_one(conn, rows)
-        for row in rows:
-            job_id, version = row[1], row[3]
-            if self._rejected.get(job_id) != version:
-                self._known[job_id] = max(self._known.get(job_id, 0), version)
+        with self._known_lock:
+            for row in rows:
+                job_id, version = row[1], row[3]
+                if self._rejected.get(job_id) != version:
+                    self._known[job_id] = max(self._known.get(job_id, 0), version)
         return changed
 
     def _merge(self, conn: psycopg.Connection, rows: list[tuple[Any, ...]]) -> int:
