@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import BIN, Proc, free_port, http_get, wait_until
-
 from spur_hpc.stepd import protocol
 from spur_hpc.stepd.session import (
     SOCKET_FILE,
@@ -83,8 +82,7 @@ class StartedSupervisor:
             return ""
 
 
-def new_session(state_dir: Path, node: str, job_id: int, script: str, attempt: int = 1,
-                **spec: Any) -> SessionDir:
+def new_session(state_dir: Path, node: str, job_id: int, script: str, attempt: int = 1, **spec: Any) -> SessionDir:
     """Write a session as spurd would before starting a supervisor."""
     state_dir.mkdir(parents=True, exist_ok=True)
     state_fd = open_state_dir(str(state_dir))
@@ -111,8 +109,13 @@ def launch_supervisor(session: SessionDir, node: str, *args: str) -> StartedSupe
     LIVE_STATE_DIRS.append((Path(session.path).parent, node))
     log_fd = session.open_log()
     try:
-        proc = subprocess.Popen(stepd_argv() + ["--session", session.path, *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=log_fd, start_new_session=True)
+        proc = subprocess.Popen(
+            stepd_argv() + ["--session", session.path, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log_fd,
+            start_new_session=True,
+        )
     finally:
         os.close(log_fd)
     line = proc.stdout.readline()
@@ -128,8 +131,15 @@ def launch_supervisor(session: SessionDir, node: str, *args: str) -> StartedSupe
 class AgentProc:
     """One spurd with its own address, ports, state directory, conf and log."""
 
-    def __init__(self, root: Path, hosts: list[str], name: str | None = None, heartbeat: float = 0.5,
-                 heartbeat_timeout: int = 60, extra: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        hosts: list[str],
+        name: str | None = None,
+        heartbeat: float = 0.5,
+        heartbeat_timeout: int = 60,
+        extra: str = "",
+    ) -> None:
         self.root = root
         self.ip = next_agent_ip()
         self.name = name or unique_node("a")
@@ -168,8 +178,9 @@ memory_mb = 4096
         return f"http://{self.ip}:{self.probe_port}"
 
     def start(self, wait_registered: bool = True, timeout: float = 20.0) -> AgentProc:
-        self.proc = Proc(f"spurd-{self.name}", [str(BIN / "spurd"), "--conf", str(self.conf_path)],
-                         self.root / "spurd.log").start()
+        self.proc = Proc(
+            f"spurd-{self.name}", [str(BIN / "spurd"), "--conf", str(self.conf_path)], self.root / "spurd.log"
+        ).start()
         if wait_registered:
             self.wait_registered(timeout)
         return self
