@@ -188,7 +188,9 @@ class Connection:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             self.sock.sendall(data)
         except TimeoutError:
-            raise self._fail_connection(RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time")) from None
+            raise self._fail_connection(
+                RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time")
+            ) from None
         except OSError as exc:
             raise self._fail_connection(self._unavailable(exc.strerror or str(exc))) from None
 
@@ -356,16 +358,25 @@ class Connection:
     def _finish(self, call: _Call) -> tuple[bytes, list[tuple[str, str]]]:
         if call.reset_code is not None:
             code = {7: "UNAVAILABLE", 8: "CANCELLED", 11: "RESOURCE_EXHAUSTED"}.get(call.reset_code, "INTERNAL")
-            raise RpcError(code, f"{self.address} reset the call (HTTP/2 error {call.reset_code})", address=self.address)
+            raise RpcError(
+                code, f"{self.address} reset the call (HTTP/2 error {call.reset_code})", address=self.address
+            )
         if not call.header_blocks:
             raise RpcError("INTERNAL", f"{self.address} answered without headers", address=self.address)
         first = dict(call.header_blocks[0])
         trailers = call.header_blocks[-1]
         status_text = first.get(":status", "")
         if status_text and status_text != "200":
-            http_codes = {"400": "INTERNAL", "401": "UNAUTHENTICATED", "403": "PERMISSION_DENIED", "404": "UNIMPLEMENTED"}
+            http_codes = {
+                "400": "INTERNAL",
+                "401": "UNAUTHENTICATED",
+                "403": "PERMISSION_DENIED",
+                "404": "UNIMPLEMENTED",
+            }
             code = http_codes.get(status_text, "UNAVAILABLE")
-            raise RpcError(code, f"{self.address} answered HTTP {status_text}; is it a Spur controller?", address=self.address)
+            raise RpcError(
+                code, f"{self.address} answered HTTP {status_text}; is it a Spur controller?", address=self.address
+            )
         trailer_map = dict(trailers)
         status = trailer_map.get("grpc-status")
         if status is None:

@@ -130,8 +130,9 @@ def _group_value(letter: str, nodes: list[Any]) -> str:
         allocated = sum(min(n.allocated.cpus, n.resources.cpus) for n in nodes)
         total = sum(n.resources.cpus for n in nodes)
         unavailable = ("DOWN", "DRAINED", "DRAINING")
-        other = sum(n.resources.cpus - min(n.allocated.cpus, n.resources.cpus) for n in nodes
-                    if state_name(n) in unavailable)
+        other = sum(
+            n.resources.cpus - min(n.allocated.cpus, n.resources.cpus) for n in nodes if state_name(n) in unavailable
+        )
         idle = total - allocated - other
         return f"{allocated}/{idle}/{other}/{total}"
     return _node_value(letter, nodes[0])
@@ -164,7 +165,7 @@ def _natural(name: str) -> tuple[str, int, str]:
     return stem, int(digits) if digits else -1, name
 
 
-def show_node_lines(node: Any, now: float) -> list[str]:
+def show_node_lines(node: Any) -> list[str]:
     """`scontrol show node` for one node; the first line is exactly NodeName=<name> so scripts can match it."""
     state = state_name(node)
     lines = [

@@ -6,9 +6,11 @@ options, `--opt=value`, `-ovalue`, bundled short flags, unique long prefixes and
 
 from __future__ import annotations
 
-from typing import Any
-
 from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Option:

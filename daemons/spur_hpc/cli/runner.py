@@ -9,6 +9,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+
 class CliError(Exception):
     """A failure the user can act on; the message is one line that names the value and the fix."""
 

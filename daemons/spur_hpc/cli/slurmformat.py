@@ -100,7 +100,8 @@ def render(
     for row_cells in cells:
         lines.append(
             "".join(
-                fit(cell, widths[i], c.right) if c.letter else cell for i, (c, cell) in enumerate(zip(columns, row_cells))
+                fit(cell, widths[i], c.right) if c.letter else cell
+                for i, (c, cell) in enumerate(zip(columns, row_cells, strict=True))
             ).rstrip()
         )
     return lines

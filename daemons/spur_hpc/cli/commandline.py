@@ -1,0 +1,68 @@
+"""Pieces every command shares: --help/--usage/--version, job id arguments, JSON and line output."""
+
+from __future__ import annotations
+
+import sys
+
+from spur_hpc.cli.options import Option, help_text
+from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+INFO_OPTIONS = [
+    Option("help", "", "help", help="show this help and exit"),
+    Option("usage", "", "usage", help="show a one-line usage and exit"),
+    Option("version", "V", "version", help="show the version and build and exit"),
+]
+
+
+def answer_info_flags(
+    program: str, values: dict[str, Any], synopsis: str, description: str, options: list[Option]
+) -> bool:
+    """Print help, usage or version when asked; True when the command should stop there."""
+    if values.get("help"):
+        print(help_text(program, synopsis, description, options))
+        return True
+    if values.get("usage"):
+        print(f"Usage: {program} {synopsis}")
+        return True
+    if values.get("version"):
+        from spur_hpc import buildinfo
+
+        print(buildinfo.describe(program))
+        return True
+    return False
+
+
+def parse_job_id(text: str, what: str = "job id") -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) == 0:
+        raise CliError(f"invalid {what} '{text}': job ids are positive numbers, like 42")
+    return int(value)
+
+
+def parse_job_ids(items: list[str], what: str = "job id") -> list[int]:
+    ids: list[int] = []
+    for item in items:
+        for part in item.split(","):
+            if part.strip():
+                ids.append(parse_job_id(part, what))
+    return ids
+
+
+def print_lines(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def print_json(value: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+
+
+def wants_json(format_value: str | None, json_flag: Any = None) -> bool:
+    """`-o json` (spur's listings) or --json (Slurm's own flag)."""
+    return bool(json_flag) or (format_value or "").strip().lower() == "json"

@@ -1,0 +1,151 @@
+"""Talking to the controllers: where they are, which one to ask, what to do when one does not answer.
+
+Addresses come from SPUR_CONTROLLER_ADDR (comma-separated host:port, an http:// prefix accepted), else from
+[controller] hosts of spur.conf ($SPUR_CONF or /etc/spur/spur.conf). Every call tries each controller in
+turn. Reads take the first answer. Writes may go to any controller (followers forward to the leader); when
+one answers UNAVAILABLE, the next try goes to the leader it names in its trailing metadata, else to the next
+address, for a while (an election takes about a second). A write is sent byte-for-byte the same on every
+try, so a submission's idempotency key makes a retry return the first job instead of creating a second one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from spur_hpc.cli import grpcwire, protocodec
+from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+CONTROLLER_PORT = 6817
+SERVICE = "SlurmController"
+READ_PATIENCE_SECS = 3.0
+WRITE_PATIENCE_SECS = 15.0
+CALL_TIMEOUT_SECS = 15.0
+RETRY_PAUSE_SECS = 0.25
+
+
+def _with_port(address: str) -> str:
+    text = address.strip()
+    if text.startswith("http://"):
+        text = text[len("http://") :]
+    text = text.rstrip("/")
+    has_port = text.rpartition("]")[2].count(":") == 1 if text.startswith("[") else text.count(":") == 1
+    return text if has_port else f"{text}:{CONTROLLER_PORT}"
+
+
+def controller_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The controllers to try, in order; CliError when none are configured or an address is malformed."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get("SPUR_CONTROLLER_ADDR", "").strip()
+    if raw:
+        addresses = [_with_port(part) for part in raw.split(",") if part.strip()]
+        source = "SPUR_CONTROLLER_ADDR"
+    else:
+        from spur_hpc import conf
+
+        try:
+            config = conf.load(environ.get("SPUR_CONF") or None, role="client")
+        except conf.ConfigError as exc:
+            raise CliError(f"{exc} (or set SPUR_CONTROLLER_ADDR=host:port)") from None
+        addresses = [_with_port(host) for host in config.controller.hosts]
+        source = f"[controller] hosts in {config.path}"
+    for address in addresses:
+        try:
+            grpcwire.split_address(address)
+        except ValueError as exc:
+            raise CliError(f"{exc} (from {source})") from None
+    if not addresses:
+        raise CliError(f"no controller address in {source}; set it to host:port, like 127.0.1.1:6817")
+    return list(dict.fromkeys(addresses))
+
+
+class ControllerClient:
+    """Calls SlurmController methods by name with dict requests; answers are protocodec Messages."""
+
+    def __init__(
+        self,
+        addresses: list[str] | None = None,
+        read_patience: float = READ_PATIENCE_SECS,
+        write_patience: float = WRITE_PATIENCE_SECS,
+        call_timeout: float = CALL_TIMEOUT_SECS,
+    ) -> None:
+        self.addresses = addresses if addresses is not None else controller_addresses()
+        self.read_patience = read_patience
+        self.write_patience = write_patience
+        self.call_timeout = call_timeout
+        self.connections: dict[str, grpcwire.Connection] = {}
+        self.last_answered: str | None = None
+
+    def close(self) -> None:
+        for connection in self.connections.values():
+            connection.close()
+        self.connections.clear()
+
+    def has_method(self, method: str) -> bool:
+        return method in protocodec.schema().services[SERVICE]
+
+    def call_one(self, address: str, method: str, request: Mapping[str, Any] | None = None) -> protocodec.Message:
+        """One try at one controller (no failover): for questions about that controller itself, like Ping."""
+        schema = protocodec.schema()
+        request_type, reply_type = schema.services[SERVICE][method]
+        body = protocodec.encode(request_type, request or {}, schema)
+        data, _metadata = self._connection(address).call(
+            f"/{schema.package}.{SERVICE}/{method}", body, self.call_timeout
+        )
+        return protocodec.decode(reply_type, data, schema)
+
+    def _connection(self, address: str) -> grpcwire.Connection:
+        if address not in self.connections:
+            self.connections[address] = grpcwire.Connection(address)
+        return self.connections[address]
+
+    def call(self, method: str, request: Mapping[str, Any] | None = None, write: bool = False) -> protocodec.Message:
+        schema = protocodec.schema()
+        methods = schema.services[SERVICE]
+        if method not in methods:
+            raise CliError(f"the installed slurm.proto has no {SERVICE}.{method}; reinstall spur-hpc")
+        request_type, reply_type = methods[method]
+        body = protocodec.encode(request_type, request or {}, schema)
+        path = f"/{schema.package}.{SERVICE}/{method}"
+        deadline = time.monotonic() + (self.write_patience if write else self.read_patience)
+        failures: dict[str, str] = {}
+        while True:
+            queue = list(self.addresses)
+            if self.last_answered in queue:
+                queue.remove(self.last_answered)
+                queue.insert(0, self.last_answered)
+            tried: set[str] = set()
+            any_answered = False
+            while queue:
+                address = queue.pop(0)
+                if address in tried:
+                    continue
+                tried.add(address)
+                try:
+                    data, _metadata = self._connection(address).call(path, body, self.call_timeout)
+                except grpcwire.RpcError as exc:
+                    if exc.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                        self.last_answered = address
+                        raise
+                    failures[address] = exc.details.removeprefix(f"cannot reach controller {address}: ")
+                    any_answered = any_answered or not exc.details.startswith("cannot reach")
+                    hint = exc.leader_hint()
+                    if hint and hint not in tried:
+                        queue.insert(0, _with_port(hint))
+                    continue
+                self.last_answered = address
+                return protocodec.decode(reply_type, data, schema)
+            # retry while an election may be under way; reads give up at once when nothing is listening
+            if time.monotonic() + RETRY_PAUSE_SECS >= deadline or not (write or any_answered):
+                summary = "; ".join(f"{addr}: {why}" for addr, why in failures.items())
+                raise grpcwire.RpcError(
+                    "UNAVAILABLE",
+                    f"no controller could answer {method} ({summary}); check that spurctld runs and that "
+                    "SPUR_CONTROLLER_ADDR or [controller] hosts point at it",
+                )
+            time.sleep(RETRY_PAUSE_SECS)

@@ -1,0 +1,116 @@
+"""sacct: job accounting records in Slurm's layout.
+
+For now the records come from the controller's job list (see cli.jobhistory); the formatting in
+cli.acctview does not care where they come from.
+"""
+
+from __future__ import annotations
+
+import time
+
+from spur_hpc.cli import acctview, commandline, jobhistory, protocodec, squeue, units
+from spur_hpc.cli.options import Option, gather, parse
+from spur_hpc.cli.runner import CliError
+
+PROGRAM = "sacct"
+BRIEF_FIELDS = "JobID,State,ExitCode"
+LONG_FIELDS = (
+    "JobID,JobName,User,Partition,Account,AllocCPUS,NNodes,NodeList,State,ExitCode,Submit,Start,End,Elapsed,"
+    "Timelimit,ReqMem,WorkDir"
+)
+OPTIONS = [
+    Option("jobs", "j", "jobs", "IDS", "only these job ids (comma-separated)", repeat=True),
+    Option(
+        "users",
+        "u",
+        "user",
+        "USERS",
+        "only jobs of these users (default: your own, or everyone's for root)",
+        repeat=True,
+    ),
+    Option("allusers", "a", "allusers", help="jobs of every user"),
+    Option("start", "S", "starttime", "TIME", f"window start ({units.TIME_POINT_FORMS}); default midnight"),
+    Option("end", "E", "endtime", "TIME", "window end; default now"),
+    Option(
+        "states",
+        "s",
+        "state",
+        "STATES",
+        "only jobs in these states during the window (CD,F,CA,TO,NF,R,PD)",
+        repeat=True,
+    ),
+    Option("names", "", "name", "NAMES", "only jobs with these names", repeat=True),
+    Option("partitions", "r", "partition", "PARTITIONS", "only jobs in these partitions", repeat=True),
+    Option(
+        "format", "o", "format", "FIELDS", f"fields to print (default {acctview.DEFAULT_FIELDS}); 'json' prints JSON"
+    ),
+    Option("brief", "b", "brief", help=f"fields {BRIEF_FIELDS}"),
+    Option("long", "l", "long", help="many fields"),
+    Option("noheader", "n", "noheader", help="print no header lines"),
+    Option("parsable", "p", "parsable", help="fields separated by '|', one after the last"),
+    Option("parsable2", "P", "parsable2", help="fields separated by '|', none after the last"),
+    Option("allocations", "X", "allocations", help="accepted for compatibility (jobs have no separate steps)"),
+    Option("helpformat", "e", "helpformat", help="list the fields --format accepts"),
+    Option("json", "", "json", help="print the records as JSON"),
+    Option("help", "h", "help", help="show this help and exit"),
+    Option("usage", "", "usage", help="show a one-line usage and exit"),
+    Option("version", "V", "version", help="show the version and build and exit"),
+]
+SYNOPSIS = "[-j IDS] [-u USERS | -a] [-S TIME] [-E TIME] [-s STATES] [--format FIELDS] [-n] [-p | -P] [--json]"
+DESCRIPTION = (
+    "Show accounting records of jobs.\n"
+    "Records currently come from the controller's job list (ListJobs with include_finished=True): finished\n"
+    "jobs are shown until the controller purges them. Reading the PostgreSQL accounting database comes later."
+)
+
+
+def build_query(values: dict, now: float) -> jobhistory.HistoryQuery:
+    users = gather(values["users"])
+    if not users and not values["allusers"]:
+        from spur_hpc.cli import caller
+
+        me = caller.user_name()
+        if me != "root":
+            users = [me]
+    states = squeue.parse_states(gather(values["states"])) if values["states"] else []
+    start = units.parse_time_point(values["start"], "--starttime", now) if values["start"] else None
+    end = units.parse_time_point(values["end"], "--endtime", now) if values["end"] else None
+    if start is not None and end is not None and end < start:
+        raise CliError(f"--endtime {values['end']} is before --starttime {values['start']}; swap them")
+    return jobhistory.HistoryQuery(
+        job_ids=commandline.parse_job_ids(values["jobs"]),
+        users=users,
+        states=[s for s in (states or []) if s != "COMPLETING"],
+        names=gather(values["names"]),
+        partitions=gather(values["partitions"]),
+        start=start,
+        end=end,
+    )
+
+
+def main(argv: list[str]) -> int:
+    values, positionals = parse(PROGRAM, OPTIONS, argv)
+    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, DESCRIPTION, OPTIONS):
+        return 0
+    if values["helpformat"]:
+        print(" ".join(title for title, *_ in acctview.FIELDS.values()))
+        return 0
+    if positionals:
+        raise CliError(f"unexpected argument '{positionals[0]}'; sacct takes options only (job ids go in -j)")
+    as_json = commandline.wants_json(values["format"], values["json"])
+    fields_text = values["format"] or (
+        BRIEF_FIELDS if values["brief"] else LONG_FIELDS if values["long"] else acctview.DEFAULT_FIELDS
+    )
+    fields = [] if as_json else acctview.parse_fields(fields_text)
+    now = time.time()
+    query = build_query(values, now)
+
+    from spur_hpc.cli.controller import ControllerClient
+
+    jobs = jobhistory.ControllerJobHistory(ControllerClient()).select(query, now)
+    if as_json:
+        commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
+        return 0
+    parsable = "parsable2" if values["parsable2"] else "parsable" if values["parsable"] else ""
+    commandline.print_lines(acctview.sacct_lines(jobs, fields, now, not values["noheader"], parsable))
+    return 0

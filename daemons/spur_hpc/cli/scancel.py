@@ -1,0 +1,107 @@
+"""scancel: cancel jobs or send them a signal.
+
+Exit status as Slurm's: 1 when the controller refuses any cancel (unknown job, not allowed), 0 otherwise;
+a job that already finished is not a failure. -Q hides the messages, never the status.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from spur_hpc.cli import commandline
+from spur_hpc.cli.options import Option, gather, parse
+from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROGRAM = "scancel"
+OPTIONS = [
+    Option("signal", "s", "signal", "SIGNAL", "send this signal (name or number) instead of cancelling"),
+    Option("users", "u", "user", "USERS", "cancel the jobs of these users", repeat=True),
+    Option("names", "n", "name", "NAMES", "cancel jobs with these names", repeat=True),
+    Option("states", "t", "state", "STATES", "cancel only jobs in these states (PENDING, RUNNING)", repeat=True),
+    Option("partitions", "p", "partition", "PARTITIONS", "cancel only jobs in these partitions", repeat=True),
+    Option("me", "", "me", help="cancel my jobs"),
+    Option("quiet", "Q", "quiet", help="print no messages (the exit status still tells)"),
+    Option("verbose", "v", "verbose", help="say what is done to each job"),
+    *commandline.INFO_OPTIONS,
+]
+SYNOPSIS = "[-s SIGNAL] [-u USERS] [-n NAMES] [-t STATES] [-p PARTITIONS] [-Q] [-v] [JOB_ID...]"
+
+SIGNALS = {
+    "HUP": 1, "INT": 2, "QUIT": 3, "ABRT": 6, "KILL": 9, "USR1": 10, "USR2": 12, "ALRM": 14, "TERM": 15,
+    "CONT": 18, "STOP": 19, "TSTP": 20,
+}  # fmt: skip
+
+
+def parse_signal(text: str) -> int:
+    """Signal name (KILL, SIGKILL) or number -> number; KILL means a plain cancel (0), as in Slurm."""
+    value = text.strip().upper()
+    if value.isdigit() and 0 < int(value) < 65:
+        number = int(value)
+    else:
+        number = SIGNALS.get(value.removeprefix("SIG"), 0)
+        if not number:
+            known = ", ".join(SIGNALS)
+            raise CliError(f"invalid signal '{text}': use a number from 1 to 64 or a name ({known})")
+    return 0 if number == 9 else number
+
+
+def _targets(client: Any, values: dict[str, Any], job_ids: list[int], user: str | None) -> list[int]:
+    filters = {
+        "users": gather(values["users"]) + ([user] if user else []),
+        "names": gather(values["names"]),
+        "partitions": gather(values["partitions"]),
+        "states": [s.upper() for s in gather(values["states"])],
+    }
+    for state in filters["states"]:
+        if state not in ("PENDING", "RUNNING", "PD", "R"):
+            raise CliError(f"invalid --state '{state}': only PENDING (PD) or RUNNING (R) jobs can be cancelled")
+    filters["states"] = ["PENDING" if s in ("PENDING", "PD") else "RUNNING" for s in filters["states"]]
+    if not any(filters.values()):
+        return job_ids
+    reply = client.call("ListJobs", {"job_ids": job_ids, **filters})
+    return sorted(job.job_id for job in reply.jobs)
+
+
+def main(argv: list[str]) -> int:
+    values, positionals = parse(PROGRAM, OPTIONS, argv)
+    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Cancel jobs or signal them.", OPTIONS):
+        return 0
+    job_ids = commandline.parse_job_ids(positionals)
+    signal = parse_signal(values["signal"]) if values["signal"] else 0
+    has_filter = values["me"] or any(values[k] for k in ("users", "names", "states", "partitions"))
+    if not job_ids and not has_filter:
+        raise CliError("no job identification provided: give job ids or a filter like -u USER; see --help")
+
+    from spur_hpc.cli import caller
+    from spur_hpc.cli.controller import ControllerClient
+    from spur_hpc.cli.grpcwire import RpcError
+
+    me = caller.user_name()
+    client = ControllerClient()
+    targets = _targets(client, values, job_ids, me if values["me"] else None)
+    quiet, verbose = values["quiet"], values["verbose"]
+    failures = 0
+    for job_id in targets:
+        try:
+            reply = client.call("CancelJob", {"job_id": job_id, "signal": signal, "requested_by": me}, write=True)
+        except RpcError as exc:
+            failures += 1
+            if not quiet:
+                reason = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
+                action = "Signal" if signal else "Kill"
+                print(f"{PROGRAM}: error: {action} job error on job id {job_id}: {reason}", file=sys.stderr)
+            continue
+        if quiet:
+            continue
+        if reply.already_finished:
+            from spur_hpc.cli import jobview
+
+            print(f"{PROGRAM}: job {job_id} has already finished ({jobview.state_name(reply.job)})", file=sys.stderr)
+        elif verbose:
+            what = f"Signal {signal} sent to" if signal else "Terminating"
+            print(f"{PROGRAM}: {what} job {job_id}", file=sys.stderr)
+    return 1 if failures else 0

@@ -1,0 +1,111 @@
+"""squeue: jobs in the queue, in Slurm's layout (default "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R")."""
+
+from __future__ import annotations
+
+import time
+
+from spur_hpc.cli import commandline, jobview, protocodec
+from spur_hpc.cli.options import Option, gather, parse
+from spur_hpc.cli.runner import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROGRAM = "squeue"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+OPTIONS = [
+    Option("noheader", "h", "noheader", help="print no header line"),
+    Option(
+        "format",
+        "o",
+        "format",
+        "FORMAT",
+        help=f"columns as % codes (default \"{jobview.SQUEUE_DEFAULT_FORMAT}\"); 'json' prints JSON",
+    ),
+    Option("jobs", "j", "jobs", "IDS", "only these job ids (comma-separated); finished jobs included", repeat=True),
+    Option("users", "u", "user", "USERS", "only jobs of these users (comma-separated)", repeat=True),
+    Option("me", "", "me", help="only my jobs"),
+    Option("states", "t", "states", "STATES", "only jobs in these states (PD,R,CD,... or names; 'all')", repeat=True),
+    Option("partitions", "p", "partition", "PARTITIONS", "only jobs in these partitions", repeat=True),
+    Option("names", "n", "name", "NAMES", "only jobs with these names", repeat=True),
+    Option("long", "l", "long", help="long format (state names and time limits)"),
+    Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
+    Option("json", "", "json", help="print the jobs as JSON"),
+    *commandline.INFO_OPTIONS,
+]
+SYNOPSIS = "[-h] [-j IDS] [-u USERS] [-t STATES] [-p PARTITIONS] [-n NAMES] [-o FORMAT] [-l] [--json]"
+
+_CODE_TO_STATE = {code: name for name, code in jobview.STATE_CODES.items()}
+
+
+def parse_states(items: list[str], program: str = PROGRAM) -> list[str] | None:
+    """-t values -> state names (None: every state)."""
+    states: list[str] = []
+    for item in items:
+        upper = item.upper()
+        if upper == "ALL":
+            return None
+        name = _CODE_TO_STATE.get(upper, upper)
+        if name not in jobview.STATE_CODES or name == "JOB_STATE_UNKNOWN":
+            known = ", ".join(f"{code} ({n})" for n, code in jobview.STATE_CODES.items() if n != "JOB_STATE_UNKNOWN")
+            raise CliError(f"invalid job state '{item}': use one of {known}, or all")
+        states.append(name)
+    return states
+
+
+def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str, Any], list[str] | None]:
+    """Options -> (ListJobsRequest fields, states to show or None for all)."""
+    job_ids = commandline.parse_job_ids(values["jobs"])
+    states = parse_states(gather(values["states"])) if values["states"] else []
+    users = gather(values["users"]) + ([user] if user else [])
+    request: dict[str, Any] = {
+        "job_ids": job_ids,
+        "users": users,
+        "partitions": gather(values["partitions"]),
+        "names": gather(values["names"]),
+    }
+    if states is None:
+        request["include_finished"] = True
+        return request, None
+    if states:
+        server_states = sorted({"RUNNING" if s == "COMPLETING" else s for s in states})
+        request["states"] = server_states
+        request["include_finished"] = any(s in jobview.FINISHED_STATES for s in states)
+        return request, states
+    # default: what is still in the queue, plus any job asked for by id (finished ones too, like Slurm's
+    # MinJobAge window)
+    request["include_finished"] = bool(job_ids)
+    return request, None if job_ids else ["PENDING", "RUNNING", "COMPLETING"]
+
+
+def main(argv: list[str]) -> int:
+    values, positionals = parse(PROGRAM, OPTIONS, argv)
+    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Show jobs in the queue.", OPTIONS):
+        return 0
+    if positionals:
+        raise CliError(f"unexpected argument '{positionals[0]}'; squeue takes options only (job ids go in -j)")
+    user = None
+    if values["me"]:
+        from spur_hpc.cli import caller
+
+        user = caller.user_name()
+    request, shown_states = job_query(values, user)
+    as_json = commandline.wants_json(values["format"], values["json"])
+    format_text = values["format"] or (LONG_FORMAT if values["long"] else jobview.SQUEUE_DEFAULT_FORMAT)
+    if not as_json:
+        jobview.squeue_lines([], format_text, False, 0.0, PROGRAM)  # a bad -o fails before any call
+
+    from spur_hpc.cli.controller import ControllerClient
+
+    reply = ControllerClient().call("ListJobs", request)
+    jobs = sorted(reply.jobs, key=lambda job: job.job_id)
+    if shown_states is not None:
+        jobs = [job for job in jobs if jobview.state_name(job) in shown_states]
+    if request["job_ids"] and not jobs:
+        raise CliError("Invalid job id specified: " + ",".join(str(j) for j in request["job_ids"]))
+    if as_json:
+        commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
+        return 0
+    commandline.print_lines(jobview.squeue_lines(jobs, format_text, not values["noheader"], time.time(), PROGRAM))
+    return 0
