@@ -126,6 +126,8 @@ class ClusterState:
             return err("invalid", f"the WAL level only goes up (cluster runs {self.wal_level}, asked {level})")
         if level > wal.MAX_WAL_LEVEL:
             return err("invalid", f"level {level} is above what this release reads ({wal.MAX_WAL_LEVEL})")
+        if level == self.wal_level:
+            return ok(level=level, changed=False)
         behind = [m for m in self.members if self.member_info.get(m, {}).get("max_level", 1) < level]
         if behind:
             return err("conflict", f"members {', '.join(behind)} cannot read WAL level {level} yet; upgrade them first")
