@@ -173,11 +173,13 @@ class ControllerCluster:
         name: str = "test",
         heartbeat_timeout: int = 60,
         extra_controller: str = "",
+        extra_sections: str = "",
     ) -> None:
         self.root = root
         self.name = name
         self.heartbeat_timeout = heartbeat_timeout
         self.extra_controller = extra_controller
+        self.extra_sections = extra_sections  # whole TOML sections appended to every controller's spur.conf
         self.secret_file = root / "raft.secret"
         root.mkdir(parents=True, exist_ok=True)
         self.secret_file.write_text("test-secret-" + os.urandom(8).hex() + "\n")
@@ -206,6 +208,7 @@ state_dir = "{m.state_dir}"
 raft_secret_file = "{self.secret_file}"
 heartbeat_timeout_secs = {self.heartbeat_timeout}
 {self.extra_controller}
+{self.extra_sections}
 """
 
     def write_conf(self, m: Member, peers: list[str] | None = None, hosts: list[str] | None = None) -> None:

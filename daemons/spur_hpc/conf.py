@@ -50,6 +50,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, str]]] = {
         "log_compaction_entries": ((int,), 5000, "entries between snapshots"),
         "bootstrap_probe_timeout_secs": ((int, float), 2.0, "deadline of one ClusterProbe call at start"),
         "bootstrap_wait_secs": ((int, float), 0.0, "give up waiting for unreachable peers after this (0: never)"),
+        "min_job_age_secs": ((int,), 300, "finished jobs stay in the controllers' state at least this long"),
     },
     "agent": {
         "node_name": ((str,), "", "node name (default: short host name)"),
@@ -105,6 +106,7 @@ class ControllerConfig:
     log_compaction_entries: int = 5000
     bootstrap_probe_timeout_secs: float = 2.0
     bootstrap_wait_secs: float = 0.0
+    min_job_age_secs: int = 300
 
 
 @dataclass(frozen=True)
@@ -386,7 +388,8 @@ def _validate_controller(conf: Config) -> None:
             f"{c.connection_retry_ms} must be below election_timeout_min_ms ({c.election_timeout_min_ms})",
             "use 250 (a slower reconnect makes a restarted member depose the leader)",
         )
-    for key in ("scheduler_interval_ms", "grpc_workers", "log_compaction_entries", "leader_fallback_ms"):
+    for key in ("scheduler_interval_ms", "grpc_workers", "log_compaction_entries", "leader_fallback_ms",
+                "min_job_age_secs"):
         if getattr(c, key) <= 0:
             raise _fail(
                 "controller",

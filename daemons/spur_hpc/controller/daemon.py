@@ -14,8 +14,10 @@ from typing import Any
 import grpc
 
 from spur_hpc import buildinfo, grpcutil
+from spur_hpc.accounting import SchemaTooNewError
 from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret, split_host_port
-from spur_hpc.controller import bootstrap, storage, wal
+from spur_hpc.controller import bootstrap, errors, storage, wal
+from spur_hpc.controller.accounting_link import AccountingLink
 from spur_hpc.controller.grpc_api import (
     ControllerServicer,
     RaftInternalServicer,
@@ -75,6 +77,7 @@ class ControllerDaemon(Daemon):
         self.hosts = [normalize_addr(h, CONTROLLER_GRPC_PORT) for h in c.hosts]
         self.secret = read_secret(c.raft_secret_file)
         self.paths = storage.StatePaths(c.state_dir)
+        self.accounting = AccountingLink(self.conf)
         if len(self.peers) > 1 and len(self.hosts) < len(self.peers):
             raise StartupError(
                 f"[controller] hosts lists {len(self.hosts)} controllers but peers lists {len(self.peers)}; "
@@ -99,6 +102,12 @@ class ControllerDaemon(Daemon):
                 self.identity = storage.recover_identity(self.paths)
         except storage.StorageError as exc:
             raise StartupError(str(exc)) from None
+        try:
+            self.accounting.migrate_at_start(buildinfo.build())
+        except SchemaTooNewError as exc:
+            raise StartupError(str(exc)) from None
+        except errors.Unavailable as exc:
+            raise StartupError(f"[accounting] {exc}") from None
         self._start_servers()
         self.members = self._choose_membership()
         settings = RaftSettings(
@@ -128,6 +137,7 @@ class ControllerDaemon(Daemon):
         self.raft.add_apply_listener(self._on_apply)
         self.raft.start()
         self.duties.start()
+        self.accounting.start(self.service)
         self.phase = "joining" if self.joining else "running"
         self.watcher = threading.Thread(target=self._watch, name="member-watch", daemon=True)
         self.watcher.start()
@@ -339,7 +349,7 @@ class ControllerDaemon(Daemon):
             "build": buildinfo.build(),
             "max_wal_level": wal.MAX_WAL_LEVEL,
             "phase": self.phase,
-            "accounting": {"enabled": False},
+            "accounting": self.accounting.health(),
         }
         raft = self.raft
         if raft is None:
@@ -434,8 +444,6 @@ class ControllerDaemon(Daemon):
     def probe_reply(self) -> raft_internal_pb2.ClusterProbeReply:
         """The committed membership; a member that holds data but has not loaded it yet says so from its
         identity file, or answers UNAVAILABLE, never "no cluster"."""
-        from spur_hpc.controller import errors
-
         reply = empty_probe_reply(self.raft_addr)
         state = self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members))) if self.raft else None
         if state and state[1]:
@@ -495,6 +503,7 @@ class ControllerDaemon(Daemon):
     def stop(self) -> None:
         if self.duties is not None:
             self.duties.stop()
+        self.accounting.stop()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2).wait(3)
         if self.probe is not None:

@@ -286,6 +286,19 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         return slurm_pb2.CompleteJobReply(accepted=accepted)
 
     @rpc
+    def JobHistory(self, request, context):
+        cluster_id = None if request.all_clusters else self.service.read(lambda s: s.cluster_id)
+        records = self.node.accounting.history(
+            cluster_id,
+            job_ids=list(request.job_ids),
+            users=list(request.users),
+            start=request.start_time or None,
+            end=request.end_time or None,
+            states=list(request.states),
+        )
+        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(r) for r in records])
+
+    @rpc
     def SetWalLevel(self, request, context):
         result = self.service.set_wal_level(request.level)
         return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])

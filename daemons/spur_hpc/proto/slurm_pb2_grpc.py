@@ -114,6 +114,11 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelReply.FromString,
                 _registered_method=True)
+        self.JobHistory = channel.unary_unary(
+                '/spur.v1.SlurmController/JobHistory',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -215,6 +220,12 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JobHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +308,11 @@ def add_SlurmControllerServicer_to_server(servicer, server):
                     servicer.SetWalLevel,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelReply.SerializeToString,
+            ),
+            'JobHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobHistory,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -731,6 +747,33 @@ class SlurmController:
             '/spur.v1.SlurmController/SetWalLevel',
             spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.SetWalLevelReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/JobHistory',
+            spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.FromString,
             options,
             channel_credentials,
             insecure,
