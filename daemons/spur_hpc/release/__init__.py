@@ -1,0 +1,1 @@
+"""Releases: build a release directory, install it into a prefix, switch and roll back, self-update."""

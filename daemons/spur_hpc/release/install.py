@@ -1,0 +1,290 @@
+"""Install a release into a prefix, switch between releases atomically, roll back.
+
+Layout under PREFIX (every path an option; tests use temporary directories):
+  releases/<version>-<build>/   one venv per release; spur-release.json inside marks it complete
+  current -> releases/<id>      the active release (a relative symlink, replaced by rename)
+  previous -> releases/<id>     the release before it, kept for rollback
+  bin/<command> -> PREFIX/current/bin/<command>   (or --bin-dir)
+  .lock                         serialises installs and rollbacks
+
+The release directory is verified before anything on disk changes. The venv is built at its final path
+(venvs embed their path) and only counts once its marker is written; a failure removes it, and a failure
+after the switch switches back. Installing the build that is already current changes nothing: the
+release id is the version plus the content hash, so the content decides, not the version string alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from spur_hpc.release import processes
+from spur_hpc.release.manifest import WHEELS_DIR, ReleaseError, ReleaseInfo, verify, write_atomically
+
+MARKER = "spur-release.json"
+DEFAULT_PREFIX = "/opt/spur"
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    release_id: str
+    changed: bool
+    previous: str | None
+    message: str
+
+
+def releases_dir(prefix: Path) -> Path:
+    return prefix / "releases"
+
+
+def link_target(link: Path) -> str | None:
+    """Release id a PREFIX/current or PREFIX/previous link points at, None when absent."""
+    try:
+        return Path(os.readlink(link)).name
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def installed_info(prefix: Path, release_id: str) -> ReleaseInfo | None:
+    """The release's info when its venv is complete (marker written), else None."""
+    marker = releases_dir(prefix) / release_id / MARKER
+    try:
+        return ReleaseInfo.from_json(marker.read_text(encoding="utf-8"), str(marker))
+    except (OSError, ReleaseError):
+        return None
+
+
+def switch_link(link: Path, release_id: str) -> None:
+    """Point link at releases/<id> atomically: a new symlink under a temporary name, renamed over the old."""
+    temp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
+    if temp.is_symlink() or temp.exists():
+        temp.unlink()
+    os.symlink(f"releases/{release_id}", temp)
+    os.replace(temp, link)
+    _fsync_dir(link.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def prefix_lock(prefix: Path) -> Iterator[None]:
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReleaseError(f"another spur-release is installing into {prefix}; wait for it to finish") from None
+        yield
+
+
+def _check_python(python: str, info: ReleaseInfo) -> None:
+    result = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise ReleaseError(f"cannot run {python}; pass --python with a Python {info.python} interpreter")
+    found = result.stdout.strip()
+    if found != info.python:
+        raise ReleaseError(
+            f"release {info.release_id} was built for Python {info.python} but {python} is {found}; "
+            f"pass --python with a Python {info.python} interpreter or build the release on this host"
+        )
+
+
+def _check_links(bin_dir: Path, prefix: Path, commands: tuple[str, ...]) -> None:
+    """Refuse (before any change) to replace a command in bin_dir that is not our own link."""
+    for command in commands:
+        path = bin_dir / command
+        if (path.exists() or path.is_symlink()) and not path.is_symlink():
+            raise ReleaseError(f"{path} exists and is not a link into {prefix}; move it away or pass another --bin-dir")
+
+
+def _link_commands(bin_dir: Path, prefix: Path, commands: tuple[str, ...]) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for command in commands:
+        target = str(prefix / "current" / "bin" / command)
+        path = bin_dir / command
+        if path.is_symlink() and os.readlink(path) == target:
+            continue
+        temp = path.with_name(f".{command}.tmp-{os.getpid()}")
+        if temp.is_symlink() or temp.exists():
+            temp.unlink()
+        os.symlink(target, temp)
+        os.replace(temp, path)
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+        raise ReleaseError(f"{what} failed (exit {result.returncode}): {tail}")
+
+
+def _build_venv(release_dir: Path, info: ReleaseInfo, target: Path, python: str) -> None:
+    _run([python, "-m", "venv", str(target)], f"creating the venv {target}")
+    venv_python = str(target / "bin" / "python")
+    _run(
+        [
+            venv_python,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "--no-input",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(release_dir / WHEELS_DIR),
+            str(release_dir / info.wheel),
+        ],
+        f"installing {info.wheel} into {target}",
+    )
+    check = subprocess.run(
+        [venv_python, "-c", "from spur_hpc import buildinfo; print(buildinfo.version(), buildinfo.build())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    reported = check.stdout.split()
+    if check.returncode != 0 or reported != [info.version, info.build]:
+        raise ReleaseError(
+            f"the installed release reports {' '.join(reported) or check.stderr.strip()[-200:]} "
+            f"instead of {info.version} {info.build}; the wheel is broken, rebuild the release"
+        )
+    missing = [c for c in info.commands if not (target / "bin" / c).exists()]
+    if missing:
+        raise ReleaseError(f"the installed release lacks the commands {', '.join(missing)}; rebuild the release")
+    record = json.loads(info.to_json())
+    record["installed"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomically(target / MARKER, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+
+
+def install_release(
+    release_dir: Path,
+    prefix: Path = Path(DEFAULT_PREFIX),
+    bin_dir: Path | None = None,
+    python: str | None = None,
+    log: Callable[[str], None] = print,
+) -> InstallResult:
+    release_dir, prefix = Path(release_dir).resolve(), Path(prefix).absolute()
+    bin_dir = Path(bin_dir).absolute() if bin_dir else prefix / "bin"
+    python = python or _base_python()
+    info = verify(release_dir)  # before anything changes on disk
+    _check_python(python, info)
+    _check_links(bin_dir, prefix, info.commands)
+    with prefix_lock(prefix):
+        current = link_target(prefix / "current")
+        if current == info.release_id and installed_info(prefix, current) is not None:
+            _link_commands(bin_dir, prefix, info.commands)
+            return InstallResult(
+                info.release_id, False, current, f"release {info.release_id} is already current; nothing to do"
+            )
+        target = releases_dir(prefix) / info.release_id
+        fresh = installed_info(prefix, info.release_id) is None
+        if fresh:
+            if target.exists():
+                shutil.rmtree(target)  # the remains of an interrupted install
+            releases_dir(prefix).mkdir(parents=True, exist_ok=True)
+            log(f"installing {info.release_id} into {target}")
+            try:
+                _build_venv(release_dir, info, target, python)
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)
+                raise
+        switch_link(prefix / "current", info.release_id)
+        try:
+            _link_commands(bin_dir, prefix, info.commands)
+        except OSError as exc:
+            _undo_switch(prefix, current, info.release_id if fresh else None)
+            raise ReleaseError(
+                f"linking commands into {bin_dir} failed ({exc.strerror}); switched back to {current or 'nothing'}"
+            ) from None
+        if current and current != info.release_id:
+            switch_link(prefix / "previous", current)
+        _prune(prefix, log)
+    return InstallResult(
+        info.release_id,
+        True,
+        current,
+        f"switched {prefix}/current to {info.release_id}" + (f" (previous: {current})" if current else ""),
+    )
+
+
+def _undo_switch(prefix: Path, previous: str | None, remove: str | None) -> None:
+    if previous:
+        switch_link(prefix / "current", previous)
+    else:
+        (prefix / "current").unlink(missing_ok=True)
+    if remove:
+        shutil.rmtree(releases_dir(prefix) / remove, ignore_errors=True)
+
+
+def _base_python() -> str:
+    """The interpreter venvs are made from: the base of the running venv when there is one."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _prune(prefix: Path, log: Callable[[str], None]) -> None:
+    """Remove releases other than current and previous, except those a running process still uses."""
+    protected = {link_target(prefix / "current"), link_target(prefix / "previous")}
+    in_use = processes.releases_in_use(prefix)
+    for entry in sorted(releases_dir(prefix).iterdir()):
+        if entry.name in protected or not entry.is_dir():
+            continue
+        if entry.name in in_use:
+            log(f"keeping {entry.name}: used by pid {', '.join(str(p) for p in in_use[entry.name])}")
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        log(f"removed old release {entry.name}")
+
+
+def rollback(prefix: Path = Path(DEFAULT_PREFIX), log: Callable[[str], None] = print) -> tuple[str, str]:
+    """Make the previous release current again; -> (from, to)."""
+    prefix = Path(prefix).absolute()
+    with prefix_lock(prefix):
+        current = link_target(prefix / "current")
+        previous = link_target(prefix / "previous")
+        if not previous or installed_info(prefix, previous) is None:
+            raise ReleaseError(f"{prefix} has no previous release to roll back to (current: {current or 'none'})")
+        switch_link(prefix / "current", previous)
+        if current:
+            switch_link(prefix / "previous", current)
+    log(f"rolled back {prefix}/current from {current} to {previous}")
+    return current or "", previous
+
+
+def status(prefix: Path = Path(DEFAULT_PREFIX)) -> dict[str, object]:
+    prefix = Path(prefix).absolute()
+    releases = []
+    if releases_dir(prefix).is_dir():
+        for entry in sorted(releases_dir(prefix).iterdir()):
+            info = installed_info(prefix, entry.name)
+            releases.append(
+                {
+                    "id": entry.name,
+                    "complete": info is not None,
+                    "version": info.version if info else "",
+                    "build": info.build if info else "",
+                }
+            )
+    return {
+        "prefix": str(prefix),
+        "current": link_target(prefix / "current"),
+        "previous": link_target(prefix / "previous"),
+        "releases": releases,
+    }
