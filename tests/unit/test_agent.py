@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from agents import LIVE_STATE_DIRS, cleanup, next_agent_ip, pid_alive, unique_node
 from harness import wait_until
 from spur_hpc import grpcutil
@@ -108,6 +109,8 @@ def test_launch_is_idempotent_per_attempt_and_cancel_kills(make_agent, tmp_path:
     assert (done.job_id, done.result["state"]) == (6, "CANCELLED")
     agent.table.collect(done)
     assert not (agent.state / "6.1").exists()
+    late = agent.stub.LaunchJob(request, timeout=10)
+    assert late.already_running and not (agent.state / "6.1").exists(), "a late retry must not rerun the job"
     wait_until(lambda: not pid_alive(first.supervisor_pid), 5, "the released supervisor to exit")
     missing = agent.stub.SignalJob(slurm_pb2.SignalJobRequest(job_id=6, signal=0), timeout=5)
     assert not missing.delivered

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from agents import (
     cleanup,
     kill_leftovers,

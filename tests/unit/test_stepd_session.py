@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from agents import cleanup, launch_supervisor, new_session, unique_node
 from spur_hpc.agent.supervisors import SupervisorTable
 from spur_hpc.stepd.session import (

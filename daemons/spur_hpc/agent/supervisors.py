@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ log = logging.getLogger("spurd.supervisors")
 
 WAIT_POLL_SECS = 20.0  # one long-poll "wait" on a supervisor; a dead connection is noticed at least this often
 UNREACHABLE_RETRY_SECS = 1.0
+REMEMBER_COLLECTED = 4096  # collected attempts remembered, so a late LaunchJob retry cannot run a job twice
 NODE_FAIL = "NODE_FAIL"
 
 
@@ -111,6 +113,7 @@ class SupervisorTable:
         self.launching = 0
         self.lock = threading.Lock()
         self.finished: queue.Queue[Session] = queue.Queue()
+        self.collected: OrderedDict[tuple[int, int], int] = OrderedDict()
 
     def close(self) -> None:
         os.close(self.state_fd)
@@ -149,6 +152,9 @@ class SupervisorTable:
         with self.lock:
             if self.stopping.is_set():
                 raise LaunchError("spurd is stopping; launch the job elsewhere or retry when it is back")
+            if key in self.collected:
+                # This attempt already ran here and its result is recorded: a retried request must not rerun it.
+                return self.collected[key], True
             existing = self.sessions.get(key)
             newer = [s for s in self.sessions.values() if s.job_id == job_id and s.attempt > attempt]
             if existing is None and not newer:
@@ -270,10 +276,14 @@ class SupervisorTable:
                 data += chunk
         return data.decode(errors="replace").strip() or '{"ok": false, "error": "spurstepd exited without a word"}'
 
-    def _forget(self, session: Session) -> None:
+    def _forget(self, session: Session, collected: bool = False) -> None:
         with self.lock:
             if self.sessions.get(session.key) is session:
                 del self.sessions[session.key]
+            if collected:
+                self.collected[session.key] = session.supervisor_pid
+                while len(self.collected) > REMEMBER_COLLECTED:
+                    self.collected.popitem(last=False)
 
     def _discard(self, session: Session) -> None:
         """Remove a session whose supervisor never started."""
@@ -426,7 +436,7 @@ class SupervisorTable:
                 protocol.call(session.socket_path, {"op": "release"}, timeout=5)
             except protocol.SupervisorUnreachable:
                 pass  # already gone; the files are all that is left
-        self._forget(session)
+        self._forget(session, collected=True)
         name = session.dir.name
         session.dir.close()
         try:
@@ -482,13 +492,23 @@ class SupervisorTable:
             session.supervisor_pid = int(status.get("pid") or 0)
             if status.get("state") == "finished" and isinstance(status.get("result"), dict):
                 session.result = status["result"]
-            log.info(
-                "re-adopted job %d attempt %d: supervisor pid %d, job %s",
-                session.job_id,
-                session.attempt,
-                session.supervisor_pid,
-                "finished" if session.result else "running",
-            )
+                log.info(
+                    "job %d attempt %d ended while spurd was down: %s exit_code=%s signal=%s (supervisor pid %d "
+                    "holds the result)",
+                    session.job_id,
+                    session.attempt,
+                    session.result.get("state"),
+                    session.result.get("exit_code"),
+                    session.result.get("signal"),
+                    session.supervisor_pid,
+                )
+            else:
+                log.info(
+                    "re-adopted job %d attempt %d: supervisor pid %d, job still running",
+                    session.job_id,
+                    session.attempt,
+                    session.supervisor_pid,
+                )
         else:
             try:
                 record = sdir.read_record_if_present(SUPERVISOR_FILE, "supervisor") or {}
