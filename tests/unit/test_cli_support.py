@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import grpc
 import pytest
+
 from spur_hpc import grpcutil
 from spur_hpc.cli import grpcwire
 from spur_hpc.proto import slurm_pb2 as pb
@@ -31,6 +32,7 @@ class ClusterState:
         self.next_id = 1
         self.calls: list[tuple[str, str]] = []  # (address, method)
         self.leader = ""
+        self.members: list[str] = []
 
 
 class FakeController(pb_grpc.SlurmControllerServicer):
@@ -57,6 +59,22 @@ class FakeController(pb_grpc.SlurmControllerServicer):
             commit_index=120, applied_index=120 if self.role == "leader" else 117, cluster_name="spur",
             grpc_addr=self.address,
         )  # fmt: skip
+
+    def GetClusterInfo(self, request, context):
+        self._record("GetClusterInfo")
+        members = [
+            pb.MemberInfo(raft_addr=f"raft-{a}", grpc_addr=a, version="0.1.0", build="abc123def456")
+            for a in self.state.members
+        ]
+        return pb.ClusterInfo(
+            cluster_name="spur",
+            cluster_id="c0ffee",
+            leader=f"raft-{self.state.leader}",
+            leader_grpc=self.state.leader,
+            term=4,
+            members=members,
+            wal_level=1,
+        )
 
     def ListNodes(self, request, context):
         self._record("ListNodes")
@@ -182,6 +200,7 @@ class FakeCluster:
             self.controllers.append(controller)
             self.addresses.append(address)
         self.state.leader = self.addresses[leader_index]
+        self.state.members = list(self.addresses)
 
     def add_node(self, name: str, **fields) -> pb.Node:
         fields.setdefault("state", pb.IDLE)

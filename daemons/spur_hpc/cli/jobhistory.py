@@ -1,7 +1,8 @@
-"""Where sacct's job records come from, behind one small interface.
+"""Where sacct's job records come from, behind one small interface (select(query, now) -> jobs).
 
-Today: the controller's own job list (ListJobs with include_finished=True), which keeps finished jobs until
-the controller purges them. Later: the accounting database; a source only has to implement select().
+AccountingJobHistory asks the controller's JobHistory call (the PostgreSQL accounting database).
+ControllerJobHistory reads the controller's own job list (ListJobs with include_finished=True), which keeps
+finished jobs until the controller purges them; sacct uses it when the cluster runs without accounting.
 Selection follows Slurm's sacct, the same rules as spur_hpc.accounting.query (which the CLI cannot import:
 it pulls in psycopg):
 
@@ -110,3 +111,42 @@ class ControllerJobHistory:
         jobs = self.client.call("ListJobs", request).jobs
         start, end = window(query, now)
         return sorted((job for job in jobs if selected(job, query, start, end)), key=lambda job: job.job_id)
+
+
+class AccountingJobHistory:
+    """Records from the accounting database, through the controller's JobHistory call."""
+
+    description = "the accounting database (through the controller)"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def select(self, query: HistoryQuery, now: float) -> list[Any]:
+        request = {
+            "job_ids": query.job_ids,
+            "users": query.users,
+            "states": query.states,
+            "start_time": query.start or 0.0,
+            "end_time": query.end or 0.0,
+        }
+        jobs = self.client.call("JobHistory", request).jobs
+        wanted = [
+            j
+            for j in jobs
+            if (not query.names or j.spec.name in query.names)
+            and (not query.partitions or jobview.partition(j) in query.partitions)
+        ]
+        return sorted(wanted, key=lambda job: job.job_id)
+
+
+def select_jobs(client: Any, query: HistoryQuery, now: float) -> list[Any]:
+    """Accounting first; the controller's own list when this cluster runs without accounting."""
+    from spur_hpc.cli.grpcwire import RpcError
+
+    if client.has_method("JobHistory"):
+        try:
+            return AccountingJobHistory(client).select(query, now)
+        except RpcError as exc:
+            if exc.code not in ("FAILED_PRECONDITION", "UNIMPLEMENTED"):
+                raise
+    return ControllerJobHistory(client).select(query, now)

@@ -1,7 +1,7 @@
 """sacct: job accounting records in Slurm's layout.
 
-For now the records come from the controller's job list (see cli.jobhistory); the formatting in
-cli.acctview does not care where they come from.
+Where records come from is cli.jobhistory's business (accounting database, or the controller's job list
+when accounting is off); the formatting in cli.acctview does not care.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ OPTIONS = [
 SYNOPSIS = "[-j IDS] [-u USERS | -a] [-S TIME] [-E TIME] [-s STATES] [--format FIELDS] [-n] [-p | -P] [--json]"
 DESCRIPTION = (
     "Show accounting records of jobs.\n"
-    "Records currently come from the controller's job list (ListJobs with include_finished=True): finished\n"
-    "jobs are shown until the controller purges them. Reading the PostgreSQL accounting database comes later."
+    "Records come from the accounting database through the controller (JobHistory). On a cluster without\n"
+    "accounting they come from the controller's own job list (ListJobs with include_finished=True), which\n"
+    "keeps finished jobs only until the controller purges them."
 )
 
 
@@ -88,9 +89,9 @@ def build_query(values: dict, now: float) -> jobhistory.HistoryQuery:
     )
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, DESCRIPTION, OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if values["helpformat"]:
         print(" ".join(title for title, *_ in acctview.FIELDS.values()))
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> int:
 
     from spur_hpc.cli.controller import ControllerClient
 
-    jobs = jobhistory.ControllerJobHistory(ControllerClient()).select(query, now)
+    jobs = jobhistory.select_jobs(ControllerClient(), query, now)
     if as_json:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0

@@ -174,9 +174,9 @@ def build_spec(values: dict[str, Any], script: str, default_name: str, environ: 
     }
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv, stop_at_positional=True)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Submit a batch job.", OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv, stop_at_positional=True)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, "Submit a batch job.", OPTIONS):
         return 0
     script, source, default_name = read_script(values, positionals)
     check_script(script, source)

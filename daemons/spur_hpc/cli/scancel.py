@@ -66,9 +66,9 @@ def _targets(client: Any, values: dict[str, Any], job_ids: list[int], user: str 
     return sorted(job.job_id for job in reply.jobs)
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Cancel jobs or signal them.", OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, "Cancel jobs or signal them.", OPTIONS):
         return 0
     job_ids = commandline.parse_job_ids(positionals)
     signal = parse_signal(values["signal"]) if values["signal"] else 0
@@ -93,15 +93,15 @@ def main(argv: list[str]) -> int:
             if not quiet:
                 reason = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
                 action = "Signal" if signal else "Kill"
-                print(f"{PROGRAM}: error: {action} job error on job id {job_id}: {reason}", file=sys.stderr)
+                print(f"{program}: error: {action} job error on job id {job_id}: {reason}", file=sys.stderr)
             continue
         if quiet:
             continue
         if reply.already_finished:
             from spur_hpc.cli import jobview
 
-            print(f"{PROGRAM}: job {job_id} has already finished ({jobview.state_name(reply.job)})", file=sys.stderr)
+            print(f"{program}: job {job_id} has already finished ({jobview.state_name(reply.job)})", file=sys.stderr)
         elif verbose:
             what = f"Signal {signal} sent to" if signal else "Terminating"
-            print(f"{PROGRAM}: {what} job {job_id}", file=sys.stderr)
+            print(f"{program}: {what} job {job_id}", file=sys.stderr)
     return 1 if failures else 0

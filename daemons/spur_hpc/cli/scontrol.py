@@ -187,9 +187,9 @@ def ping(client: Any) -> int:
     return 0 if leader_up else 1
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv, stop_at_positional=True)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, DESCRIPTION, OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv, stop_at_positional=True)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if not positionals:
         raise CliError("no command given: use show, update, hold, release, ping or version; see --help")
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     if command == "version":
         from spur_hpc import buildinfo
 
-        print(buildinfo.describe(PROGRAM))
+        print(buildinfo.describe(program))
         return 0
     if command == "update":
         parse_node_update(args)  # bad input fails before the controller is looked up

@@ -60,9 +60,9 @@ def choose_format(values: dict[str, Any]) -> tuple[str, bool]:
     return (LONG_FORMAT if values["long"] else nodeview.SINFO_DEFAULT_FORMAT), False
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Show partitions and nodes.", OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, "Show partitions and nodes.", OPTIONS):
         return 0
     if positionals:
         raise CliError(f"unexpected argument '{positionals[0]}'; sinfo takes options only (nodes go in -n)")
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     as_json = commandline.wants_json(values["format"], values["json"])
     format_text, node_oriented = choose_format(values)
     if not as_json:
-        nodeview.sinfo_lines([], format_text, False, node_oriented, PROGRAM)  # a bad -o fails before any call
+        nodeview.sinfo_lines([], format_text, False, node_oriented, program)  # a bad -o fails before any call
 
     from spur_hpc.cli.controller import ControllerClient
 
@@ -85,5 +85,5 @@ def main(argv: list[str]) -> int:
     if as_json:
         commandline.print_json({"nodes": [protocodec.to_jsonable(n, "Node") for n in nodes]})
         return 0
-    commandline.print_lines(nodeview.sinfo_lines(nodes, format_text, not values["noheader"], node_oriented, PROGRAM))
+    commandline.print_lines(nodeview.sinfo_lines(nodes, format_text, not values["noheader"], node_oriented, program))
     return 0

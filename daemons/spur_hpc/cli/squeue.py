@@ -79,9 +79,9 @@ def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str
     return request, None if job_ids else ["PENDING", "RUNNING", "COMPLETING"]
 
 
-def main(argv: list[str]) -> int:
-    values, positionals = parse(PROGRAM, OPTIONS, argv)
-    if commandline.answer_info_flags(PROGRAM, values, SYNOPSIS, "Show jobs in the queue.", OPTIONS):
+def main(argv: list[str], program: str = PROGRAM) -> int:
+    values, positionals = parse(program, OPTIONS, argv)
+    if commandline.answer_info_flags(program, values, SYNOPSIS, "Show jobs in the queue.", OPTIONS):
         return 0
     if positionals:
         raise CliError(f"unexpected argument '{positionals[0]}'; squeue takes options only (job ids go in -j)")
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     as_json = commandline.wants_json(values["format"], values["json"])
     format_text = values["format"] or (LONG_FORMAT if values["long"] else jobview.SQUEUE_DEFAULT_FORMAT)
     if not as_json:
-        jobview.squeue_lines([], format_text, False, 0.0, PROGRAM)  # a bad -o fails before any call
+        jobview.squeue_lines([], format_text, False, 0.0, program)  # a bad -o fails before any call
 
     from spur_hpc.cli.controller import ControllerClient
 
@@ -107,5 +107,5 @@ def main(argv: list[str]) -> int:
     if as_json:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0
-    commandline.print_lines(jobview.squeue_lines(jobs, format_text, not values["noheader"], time.time(), PROGRAM))
+    commandline.print_lines(jobview.squeue_lines(jobs, format_text, not values["noheader"], time.time(), program))
     return 0
