@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONTROLLER_PORT = 6817
+DEFAULT_CONF_PATH = "/etc/spur/spur.conf"  # spur_hpc.conf.DEFAULT_CONF_PATH (a unit test keeps them equal)
 SERVICE = "SlurmController"
 READ_PATIENCE_SECS = 3.0
 WRITE_PATIENCE_SECS = 15.0
@@ -38,6 +39,52 @@ def _with_port(address: str) -> str:
     return text if has_port else f"{text}:{CONTROLLER_PORT}"
 
 
+def _strip_comment(line: str) -> str:
+    quote = ""
+    for index, char in enumerate(line):
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            return line[:index]
+    return line
+
+
+def hosts_from_conf_text(text: str) -> list[str] | None:
+    """[controller] hosts from spur.conf text, read without tomllib (which costs ~10 ms to import).
+
+    Only the plain form is read (hosts = ["a:1", 'b'], on one or more lines); anything else answers None and
+    the caller falls back to the full, validating loader (spur_hpc.conf)."""
+    section = ""
+    value = ""
+    collecting = False
+    for raw in text.splitlines():
+        line = _strip_comment(raw).strip()
+        if collecting:
+            value += " " + line
+        elif line.startswith("["):
+            section = line.strip("[] \t") if not line.startswith("[[") else ""
+            continue
+        elif section == "controller" and line.partition("=")[0].strip() == "hosts":
+            value = line.partition("=")[2].strip()
+            collecting = True
+        if collecting and "]" in value:
+            break
+    if not collecting or not value.startswith("[") or not value.endswith("]"):
+        return None
+    hosts = []
+    for item in value[1:-1].split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if len(item) < 2 or item[0] not in "\"'" or item[-1] != item[0] or item[0] in item[1:-1]:
+            return None
+        hosts.append(item[1:-1])
+    return hosts
+
+
 def controller_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
     """The controllers to try, in order; CliError when none are configured or an address is malformed."""
     environ = os.environ if environ is None else environ
@@ -46,14 +93,21 @@ def controller_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
         addresses = [_with_port(part) for part in raw.split(",") if part.strip()]
         source = "SPUR_CONTROLLER_ADDR"
     else:
-        from spur_hpc import conf
-
+        path = environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
         try:
-            config = conf.load(environ.get("SPUR_CONF") or None, role="client")
-        except conf.ConfigError as exc:
-            raise CliError(f"{exc} (or set SPUR_CONTROLLER_ADDR=host:port)") from None
-        addresses = [_with_port(host) for host in config.controller.hosts]
-        source = f"[controller] hosts in {config.path}"
+            with open(path, encoding="utf-8") as fh:
+                hosts = hosts_from_conf_text(fh.read())
+        except OSError:
+            hosts = None  # the full loader below says what is wrong with the file
+        if not hosts:
+            from spur_hpc import conf
+
+            try:
+                hosts = list(conf.load(path, role="client").controller.hosts)
+            except conf.ConfigError as exc:
+                raise CliError(f"{exc} (or set SPUR_CONTROLLER_ADDR=host:port)") from None
+        addresses = [_with_port(host) for host in hosts]
+        source = f"[controller] hosts in {path}"
     for address in addresses:
         try:
             grpcwire.split_address(address)

@@ -13,10 +13,12 @@ newer controller that appended fields still talks to an older CLI.
 from __future__ import annotations
 
 import os
-import re
 import struct
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 PROTO_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "proto", "slurm.proto")
 
@@ -92,23 +94,23 @@ class Schema:
 
 # ------------------------------------------------------------------ .proto parsing
 
-_TOKEN = re.compile(r'\s*(?:(//[^\n]*)|(/\*.*?\*/)|("(?:[^"\\]|\\.)*")|([A-Za-z_][\w.]*)|(-?\d+)|(\S))', re.S)
-
 
 def _tokens(text: str) -> list[str]:
-    out = []
-    pos = 0
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            break
-        pos = match.end()
-        if match.group(1) or match.group(2):
-            continue
-        token = match.group(3) or match.group(4) or match.group(5) or match.group(6)
-        if token:
-            out.append(token)
-    return out
+    """Words and punctuation, comments dropped; string methods only (`re` costs ~5 ms to import).
+
+    Quoted strings are not kept whole: they only appear in statements the parser skips (syntax, option)."""
+    while "/*" in text:
+        start = text.index("/*")
+        close = text.find("*/", start + 2)
+        text = text[:start] + (" " if close < 0 else " " + text[close + 2 :])
+    kept = []
+    for line in text.splitlines():
+        cut = line.find("//")
+        kept.append(line if cut < 0 else line[:cut])
+    flat = " ".join(kept)
+    for mark in "{}()<>[]=;,":
+        flat = flat.replace(mark, f" {mark} ")
+    return flat.split()
 
 
 class _Parser:
