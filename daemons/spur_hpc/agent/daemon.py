@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Any
@@ -87,11 +88,11 @@ class AgentDaemon(Daemon):
         a = self.conf.agent
         self.node = conf.node_name(self.conf)
         self.address = conf.normalize_addr(a.advertise_addr or a.listen_addr, conf.AGENT_GRPC_PORT)
-        if self.address.split(":")[0] in ("0.0.0.0", "[::]"):
-            raise conf.ConfigError(
-                f"[agent] advertise_addr: the agent would register {self.address}, which controllers cannot reach; "
-                "set advertise_addr (or listen_addr) to this node's address"
-            )
+        host, port = conf.split_host_port(self.address)
+        if host in ("0.0.0.0", "::"):
+            # A wildcard cannot be dialled: advertise this host's name with the port we listen on.
+            self.address = f"{socket.gethostname()}:{port}"
+            self.log.info("listen_addr is a wildcard and advertise_addr is unset: advertising %s", self.address)
         self.cpus = a.cpus or detect_cpus()
         self.memory_mb = a.memory_mb or detect_memory_mb()
         hosts = [conf.normalize_addr(h, conf.CONTROLLER_GRPC_PORT) for h in self.conf.controller.hosts]
