@@ -63,6 +63,7 @@ class ControllerDaemon(Daemon):
         self.last_announce = 0.0
         self.raft_stopped_for_stall = False
         self.identity_changed = threading.Event()
+        self.accounting: AccountingLink | None = None
 
     # ---------------------------------------------------------------- configuration
 
@@ -349,7 +350,7 @@ class ControllerDaemon(Daemon):
             "build": buildinfo.build(),
             "max_wal_level": wal.MAX_WAL_LEVEL,
             "phase": self.phase,
-            "accounting": self.accounting.health(),
+            "accounting": self.accounting.health() if self.accounting else {"enabled": False},
         }
         raft = self.raft
         if raft is None:
@@ -503,7 +504,8 @@ class ControllerDaemon(Daemon):
     def stop(self) -> None:
         if self.duties is not None:
             self.duties.stop()
-        self.accounting.stop()
+        if self.accounting is not None:
+            self.accounting.stop()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2).wait(3)
         if self.probe is not None:
