@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from agents import AgentProc, cleanup, pid_alive
-from harness import ControllerCluster, wait_until
+from harness import BIN, ControllerCluster, wait_until
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
@@ -119,6 +120,10 @@ def test_job_that_ends_while_spurd_is_down_reports_its_exit_code(cluster, tmp_pa
 def test_idle_spurd_deregisters_on_stop(cluster, tmp_path: Path) -> None:
     agent = AgentProc(tmp_path / "agent", cluster.hosts).start()
     assert get_node(cluster, agent.name).registered
+    # A second spurd on the same state_dir would adopt and report the same jobs twice: it refuses.
+    second = subprocess.run([str(BIN / "spurd"), "--conf", str(agent.conf_path)], capture_output=True, timeout=30)
+    assert second.returncode == 2
+    assert f"is in use by spurd pid {agent.proc.pid}" in second.stderr.decode()
     assert agent.stop() == 0
     node = get_node(cluster, agent.name)
     assert not node.registered and node.reason == "spurd stopped"
@@ -150,3 +155,12 @@ def test_agent_follows_the_leader_after_failover(cluster, tmp_path: Path, work: 
     new_leader = cluster.wait_leader(exclude=old)
     assert end_of(wait_ended(cluster, job_id, 30)) == ("FAILED", 7)
     wait_until(lambda: agent.status()["controller"] == new_leader.grpc_addr, 10, "spurd to talk to the new leader")
+
+
+def test_follower_points_the_agent_to_the_leader(cluster, tmp_path: Path) -> None:
+    """Given only a follower, spurd still registers: the follower names the leader in its refusal."""
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m is not leader)
+    agent = AgentProc(tmp_path / "agent", [follower.grpc_addr]).start()
+    assert agent.status()["controller"] == leader.grpc_addr
+    assert get_node(cluster, agent.name).registered

@@ -9,8 +9,10 @@ controller keeps exactly that allocation) and before it serves LaunchJob.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -143,8 +145,6 @@ class AgentDaemon(Daemon):
 
     def _lock_state_dir(self) -> None:
         """One spurd per state_dir: a second one would adopt and report the same jobs twice."""
-        import fcntl
-
         assert self.table is not None
         fd = os.open(
             ".spurd.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.table.state_fd
@@ -300,7 +300,7 @@ class AgentDaemon(Daemon):
         while True:
             try:
                 session = self.table.finished.get_nowait()
-            except Exception:
+            except queue.Empty:
                 break
             if time.monotonic() >= deadline or not self._deliver(session, deadline):
                 left.append(session)
@@ -314,7 +314,7 @@ class AgentDaemon(Daemon):
         while not self.stopping.is_set():
             try:
                 session = self.table.finished.get(timeout=0.5)
-            except Exception:
+            except queue.Empty:
                 continue
             if not self._deliver(session, None):
                 self.table.finished.put(session)  # stopping: a restarted spurd finds it in its session
