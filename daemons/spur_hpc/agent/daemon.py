@@ -367,8 +367,8 @@ class AgentDaemon(Daemon):
                 self._deregister()
         if self.server is not None:
             self.server.stop(grace=2).wait(3)
-        if self.probe is not None:
-            self.probe.stop()
+        if self.probe is not None and self.probe.thread.is_alive():
+            self.probe.stop()  # shutdown() of a server that never served would wait forever
         if self.client is not None:
             self.client.close()
 
