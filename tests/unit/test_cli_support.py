@@ -33,6 +33,8 @@ class ClusterState:
         self.calls: list[tuple[str, str]] = []  # (address, method)
         self.leader = ""
         self.members: list[str] = []
+        self.submit_keys: list[str] = []  # idempotency key of every SubmitJob received
+        self.cancel_signals: list[int] = []  # signal of every CancelJob received
 
 
 class FakeController(pb_grpc.SlurmControllerServicer):
@@ -41,6 +43,7 @@ class FakeController(pb_grpc.SlurmControllerServicer):
         self.address = address
         self.role = role
         self.fail_writes_with: grpc.StatusCode | None = None
+        self.lose_next_submit_answer = False  # store the job, then answer UNAVAILABLE (an answer lost in transit)
 
     def _record(self, method: str) -> None:
         self.state.calls.append((self.address, method))
@@ -128,6 +131,7 @@ class FakeController(pb_grpc.SlurmControllerServicer):
 
     def SubmitJob(self, request, context):
         self._record("SubmitJob")
+        self.state.submit_keys.append(request.idempotency_key)
         self._leader_only(context)
         with self.state.lock:
             key = request.idempotency_key
@@ -140,7 +144,10 @@ class FakeController(pb_grpc.SlurmControllerServicer):
             )
             if key:
                 self.state.keys[key] = job_id
-            return pb.SubmitJobReply(job_id=job_id)
+        if self.lose_next_submit_answer:
+            self.lose_next_submit_answer = False
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the leader lost its quorum before answering")
+        return pb.SubmitJobReply(job_id=job_id)
 
     def ListJobs(self, request, context):
         self._record("ListJobs")
@@ -169,6 +176,7 @@ class FakeController(pb_grpc.SlurmControllerServicer):
 
     def CancelJob(self, request, context):
         self._record("CancelJob")
+        self.state.cancel_signals.append(request.signal)
         self._leader_only(context)
         with self.state.lock:
             job = self.state.jobs.get(request.job_id)
