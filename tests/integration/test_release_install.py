@@ -1,0 +1,142 @@
+"""Real releases of this tree: build two (0.1.0 and 0.2.0), install, reinstall, upgrade, roll back, refuse
+corrupted copies, self-update from an index. Every path is under a temporary directory.
+
+Building the wheelhouse is the slow part, so one pair of releases serves the whole session; the second is
+built offline from the first one's wheelhouse.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from spur_hpc.cli import spur
+from spur_hpc.release import build, index, install, manifest
+from spur_hpc.release.manifest import ReleaseError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("releases")
+    first = root / "spur-0.1.0"
+    second = root / "spur-0.2.0"
+    build.build_release(REPO, first, version="0.1.0", log=lambda _m: None)
+    build.build_release(
+        REPO, second, version="0.2.0", no_index=True, find_links=[str(first / "wheels")], log=lambda _m: None
+    )
+    return {"0.1.0": first, "0.2.0": second}
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+def reported_version(prefix: Path, command: str = "squeue") -> str:
+    result = subprocess.run([str(prefix / "bin" / command), "--version"], capture_output=True, text=True, check=True)
+    return result.stdout.strip()
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    out = {}
+    for path in sorted(root.rglob("*")) if root.exists() else []:
+        stat = path.lstat()
+        out[str(path.relative_to(root))] = (
+            stat.st_mode,
+            stat.st_size,
+            stat.st_mtime_ns,
+            os.readlink(path) if path.is_symlink() else "",
+        )
+    return out
+
+
+def test_the_release_directory(releases: dict[str, Path]) -> None:
+    first = releases["0.1.0"]
+    names = sorted(p.name for p in first.iterdir())
+    assert names == ["SHA256SUMS", "release.json", "spur_hpc-0.1.0-py3-none-any.whl", "wheels"]
+    wheels = {p.name.split("-")[0].lower() for p in (first / "wheels").iterdir()}
+    assert {"grpcio", "protobuf", "pysyncobj", "cryptography", "psycopg", "prometheus_client"} <= wheels
+    one, two = (manifest.verify(releases[v]) for v in ("0.1.0", "0.2.0"))
+    assert (one.version, two.version) == ("0.1.0", "0.2.0")
+    assert one.release_id != two.release_id
+
+
+def test_install_reinstall_upgrade_rollback(releases: dict[str, Path], tmp_path: Path) -> None:
+    prefix = tmp_path / "opt-spur"
+    first = install.install_release(releases["0.1.0"], prefix, log=quiet)
+    assert first.changed and (prefix / "current").resolve().name == first.release_id
+    assert reported_version(prefix).startswith("squeue 0.1.0 (build ")
+    assert reported_version(prefix, "spur").startswith("spur 0.1.0")
+    before = tree(prefix / "releases")
+
+    again = install.install_release(releases["0.1.0"], prefix, log=quiet)
+    assert not again.changed and "already current" in again.message
+    assert tree(prefix / "releases") == before
+
+    second = install.install_release(releases["0.2.0"], prefix, log=quiet)
+    assert second.changed and second.previous == first.release_id
+    assert reported_version(prefix).startswith("squeue 0.2.0")
+    assert os.readlink(prefix / "previous") == f"releases/{first.release_id}"
+
+    assert install.rollback(prefix, log=quiet) == (second.release_id, first.release_id)
+    assert reported_version(prefix).startswith("squeue 0.1.0")
+    # switching back needs no reinstall: the release directory is still complete
+    third = install.install_release(releases["0.2.0"], prefix, log=quiet)
+    assert third.changed and reported_version(prefix).startswith("squeue 0.2.0")
+
+
+@pytest.mark.parametrize("what", ["wheel", "checksums"])
+def test_corrupted_copies_are_refused_and_nothing_changes(releases, tmp_path: Path, what: str) -> None:
+    prefix = tmp_path / "opt-spur"
+    install.install_release(releases["0.1.0"], prefix, log=quiet)
+    before = tree(prefix)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(releases["0.2.0"], damaged)
+    if what == "wheel":
+        wheel = next(damaged.glob("*.whl"))
+        data = bytearray(wheel.read_bytes())
+        data[100] ^= 0x01
+        wheel.write_bytes(bytes(data))
+    else:
+        sums = damaged / "SHA256SUMS"
+        sums.write_text(sums.read_text().replace("0", "1", 1))
+    with pytest.raises(ReleaseError, match="checksum mismatch"):
+        install.install_release(damaged, prefix, log=quiet)
+    assert tree(prefix) == before
+    with pytest.raises(ReleaseError):
+        install.install_release(damaged, tmp_path / "fresh", log=quiet)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_self_update_from_an_index(releases, tmp_path: Path, capsys, monkeypatch) -> None:
+    index_dir = tmp_path / "index"
+    index.publish(releases["0.1.0"], index_dir)
+    prefix = tmp_path / "opt-spur"
+    install.install_release(releases["0.1.0"], prefix, log=quiet)
+    args = ["--index", str(index_dir), "--prefix", str(prefix)]
+    assert spur.main(["self-update", *args]) == 0
+    assert "already runs" in capsys.readouterr().out
+
+    index.publish(releases["0.2.0"], index_dir)
+    monkeypatch.setenv("SPUR_RELEASE_INDEX", str(index_dir))
+    assert spur.main(["version", "--check"]) == 0
+    assert "update available" in capsys.readouterr().out  # this checkout is neither published build
+
+    assert spur.main(["self-update", "--prefix", str(prefix)]) == 0
+    out = capsys.readouterr().out
+    assert "Updated spur to 0.2.0-" in out and "Note: " in out
+    assert reported_version(prefix).startswith("squeue 0.2.0")
+
+    # a corrupted newest release: refused, the prefix stays on what it runs
+    install.rollback(prefix, log=quiet)
+    wheel = next((index_dir / (prefix / "previous").resolve().name).glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes()[:-10])
+    before = tree(prefix)
+    assert spur.main(["self-update", "--prefix", str(prefix)]) == 1
+    assert "self-update failed, nothing changed" in capsys.readouterr().err
+    assert tree(prefix) == before
