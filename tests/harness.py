@@ -276,6 +276,7 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
 
     def stub(self, m: Member):
         import grpc
+
         from spur_hpc.proto import slurm_pb2_grpc
 
         return slurm_pb2_grpc.SlurmControllerStub(grpc.insecure_channel(m.grpc_addr))

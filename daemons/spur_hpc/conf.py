@@ -64,6 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, str]]] = {
         "partition": ((str,), "default", "partition this node belongs to"),
         "stepd_path": ((str,), "", "spurstepd executable (default: the one next to spurd)"),
         "launch_timeout_secs": ((int, float), 10.0, "deadline for a supervisor to start a job"),
+        "kill_wait_secs": ((int, float), 5.0, "between SIGTERM and SIGKILL when a job is cancelled (Slurm's KillWait)"),
     },
     "accounting": {
         "database_url": ((str,), "", "PostgreSQL URL without password (empty: accounting off)"),
@@ -122,6 +123,7 @@ class AgentConfig:
     partition: str = "default"
     stepd_path: str = ""
     launch_timeout_secs: float = 10.0
+    kill_wait_secs: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -388,8 +390,13 @@ def _validate_controller(conf: Config) -> None:
             f"{c.connection_retry_ms} must be below election_timeout_min_ms ({c.election_timeout_min_ms})",
             "use 250 (a slower reconnect makes a restarted member depose the leader)",
         )
-    for key in ("scheduler_interval_ms", "grpc_workers", "log_compaction_entries", "leader_fallback_ms",
-                "min_job_age_secs"):
+    for key in (
+        "scheduler_interval_ms",
+        "grpc_workers",
+        "log_compaction_entries",
+        "leader_fallback_ms",
+        "min_job_age_secs",
+    ):
         if getattr(c, key) <= 0:
             raise _fail(
                 "controller",
@@ -415,6 +422,9 @@ def _validate_agent(conf: Config) -> None:
         raise _fail("agent", "node_name", f"bad name {name!r}", "use letters, digits, '-', '_' and '.'")
     if a.cpus < 0 or a.memory_mb < 0:
         raise _fail("agent", "cpus" if a.cpus < 0 else "memory_mb", "negative", "use 0 for auto-detection")
+    if a.kill_wait_secs < 0 or a.launch_timeout_secs <= 0:
+        key = "kill_wait_secs" if a.kill_wait_secs < 0 else "launch_timeout_secs"
+        raise _fail("agent", key, f"{getattr(a, key)} is out of range", f"use the default {SCHEMA['agent'][key][1]}")
     if a.heartbeat_interval_secs <= 0:
         raise _fail("agent", "heartbeat_interval_secs", f"{a.heartbeat_interval_secs} is not positive", "use 5")
     if a.heartbeat_interval_secs * 3 > conf.controller.heartbeat_timeout_secs:

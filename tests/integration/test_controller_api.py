@@ -7,8 +7,8 @@ import uuid
 
 import grpc
 import pytest
-from harness import BIN, wait_until
 
+from harness import BIN, wait_until
 from spur_hpc.proto import slurm_pb2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from spur_hpc.controller import bootstrap, storage
 from spur_hpc.controller.bootstrap import HAS_CLUSTER, NO_CLUSTER, UNKNOWN, PeerAnswer
 from spur_hpc.proto import raft_internal_pb2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from spur_hpc import conf
 from spur_hpc.conf import ConfigError
 

@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from spur_hpc.controller import wal
 from spur_hpc.controller.leader import plan_starts
 from spur_hpc.controller.state import ClusterState, StateFormatError
@@ -246,3 +247,13 @@ def test_state_machine_is_deterministic(seed, n):
         running = [a.jobs[j] for j in node["jobs"]]
         assert all(j["state"] == "RUNNING" for j in running)
         assert node["alloc_cpus"] == sum(j["alloc"]["cpus"] for j in running)
+
+
+def test_node_lost_judged_on_an_older_registration_is_a_no_op():
+    s = new_cluster()
+    register(s, "n1")
+    judged = s.nodes["n1"]["last_registered"]
+    s.apply(rec("node_register", name="n1", address="n1:6818", cpus=4, memory_mb=1000, version="1", build="b",
+                partition="default", running=[], time=99.0))
+    result = s.apply(rec("node_lost", name="n1", reason="Not responding", time=100.0, registration=judged))
+    assert result.get("newer_registration") and s.node_state(s.nodes["n1"]) == "IDLE"

@@ -109,7 +109,7 @@ class AgentDaemon(Daemon):
             self.table = SupervisorTable(
                 a.state_dir,
                 self.node,
-                stepd_command(a.stepd_path),
+                stepd_command(a.stepd_path) + ["--kill-wait", str(a.kill_wait_secs)],
                 a.launch_timeout_secs,
                 self.stopping,
                 self.log_level,
@@ -238,6 +238,7 @@ class AgentDaemon(Daemon):
             signal=int(result.get("signal", 0)),
             state=slurm_pb2.JobState.Value(str(result.get("state", "FAILED"))),
             end_time=float(result.get("end_time") or time.time()),
+            reason=str(result.get("reason") or "")[:1000],
         )
 
     def _deliver(self, session: Session, deadline: float | None) -> bool:

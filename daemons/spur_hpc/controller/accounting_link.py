@@ -93,8 +93,10 @@ class AccountingLink:
     def history(self, cluster_id: str | None, **filters: Any) -> list[dict[str, Any]]:
         """Job records from the database for sacct (any controller answers; reads need no leader)."""
         if self.settings is None:
-            raise errors.Conflict("accounting is not configured on this controller ([accounting] database_url is "
-                                  "empty); only jobs still held by the controllers can be listed")
+            raise errors.Conflict(
+                "accounting is not configured on this controller ([accounting] database_url is "
+                "empty); only jobs still held by the controllers can be listed"
+            )
         try:
             with connect(self.settings) as conn:
                 return query_jobs(conn, cluster_id=cluster_id, **filters)
@@ -147,8 +149,12 @@ class AccountingLink:
         if len(keep) == len(old):
             return
         result = self.service.write("jobs_purge", before=before, keep=keep)
-        log.info("forgot %s finished jobs older than %.0f s (%d kept until accounting has them)",
-                 result.get("purged"), self.min_job_age, len(keep))
+        log.info(
+            "forgot %s finished jobs older than %.0f s (%d kept until accounting has them)",
+            result.get("purged"),
+            self.min_job_age,
+            len(keep),
+        )
 
 
 def _job_copy(job: dict[str, Any]) -> dict[str, Any]:

@@ -137,13 +137,22 @@ class LeaderDuties:
 
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
-        registered = self.raft.read(lambda s: [n for n, node in s.nodes.items() if node["registered"]])
-        for name in registered:
+        registered = self.raft.read(
+            lambda s: [(n, node["last_registered"]) for n, node in s.nodes.items() if node["registered"]]
+        )
+        for name, registration in registered:
             with self.last_seen_lock:
                 seen = self.last_seen.setdefault(name, now)
             if now - seen > self.timeout:
                 log.warning("node %s: no heartbeat for %.0f s: DOWN, its jobs NODE_FAIL", name, now - seen)
-                self.service.write("node_lost", name=name, reason="Not responding", time=self.service.clock())
+                # Carries the registration it judged: a registration that lands first makes it a no-op.
+                self.service.write(
+                    "node_lost",
+                    name=name,
+                    reason="Not responding",
+                    time=self.service.clock(),
+                    registration=registration,
+                )
 
     # -------------------------------------------------------------- scheduling
 

@@ -221,6 +221,8 @@ class ClusterState:
             return err("not_found", f"node {r['name']} is not registered")
         if not node["registered"]:
             return ok(failed=[])
+        if "registration" in r and float(r["registration"]) != node["last_registered"]:
+            return ok(failed=[], newer_registration=True)
         node["registered"] = False
         node["lost_reason"] = r.get("reason") or "Not responding"
         node["lost_time"] = float(r["time"])
