@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: Spur contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How every spur.cluster module reaches the controllers (declared once, reused by every module)."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  controllers:
+    description:
+      - The controllers' HTTP probe endpoints (C(probe_addr) of C(spurctld)), as C(http://host:port),
+        C(host:port) or C(host); the port defaults to 6822.
+      - Modules that call the gRPC API learn each controller's gRPC address from its C(/status) probe, so
+        this list is usually all a module needs.
+      - Give them in inventory order; that order is the fallback order of M(spur.cluster.spur_upgrade_plan).
+    type: list
+    elements: str
+    default: ['http://127.0.0.1:6822']
+  controller_names:
+    description:
+      - A name for each controller, in the same order as O(controllers), used in results and in
+        O(spur.cluster.spur_upgrade_plan#module:order). Usually the inventory hostnames.
+      - Defaults to the C(host:port) of each probe address.
+    type: list
+    elements: str
+  grpc_hosts:
+    description:
+      - The controllers' gRPC addresses (C(host:port), port 6817 when omitted), for modules that call the API.
+      - When omitted, the addresses the probes report are used. The current leader is always tried first.
+    type: list
+    elements: str
+  timeout:
+    description:
+      - Seconds to wait for one probe request or one gRPC call.
+    type: float
+    default: 5.0
+requirements:
+  - Modules that call the gRPC API need C(grpcio) and C(spur-hpc) on the managed host's Python, for example
+    the release's own interpreter C(/opt/spur/current/bin/python).
+notes:
+  - Probes are plain HTTP GETs that bypass any configured proxy.
+"""

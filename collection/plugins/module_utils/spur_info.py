@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright: Spur contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read-only questions: the controllers, the nodes, and a wait for a healthy cluster. Nothing here changes."""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
+    AGENT_PROBE_PORT,
+    ClusterView,
+    SpurConnection,
+    SpurError,
+    SpurInvalid,
+    SpurTimeout,
+    probe_agent,
+    probe_url,
+)
+from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import HealthTracker
+
+PUBLIC_CONTROLLER_KEYS = (
+    "name", "url", "reachable", "error", "role", "is_leader", "ready", "leader", "leader_grpc", "term",
+    "members", "member_info", "commit_index", "applied_index", "lag", "version", "build", "wal_level",
+    "max_wal_level", "cluster_id", "cluster_name", "raft_addr", "grpc_addr", "phase", "has_quorum", "stalled",
+)
+
+
+def summarize(view: ClusterView) -> dict:
+    """The controllers as the modules return them, plus the verdicts a play branches on."""
+    leader = view.leader
+    return dict(
+        controllers=[{k: c.get(k) for k in PUBLIC_CONTROLLER_KEYS} for c in view.controllers],
+        one_leader=view.one_leader,
+        leader=leader["name"] if leader else None,
+        leaders=[c["name"] for c in view.leaders],
+        term=view.term,
+        members=view.committed_members(),
+        cluster_id=(leader or {}).get("cluster_id") or next(
+            (c["cluster_id"] for c in view.reachable if c.get("cluster_id")), None),
+        wal_level=view.wal_level(),
+        reachable_count=len(view.reachable),
+        unreachable_controllers=[c["name"] for c in view.controllers if not c["reachable"]],
+    )
+
+
+class ControllerInfo:
+    """spur_controller_info: probe every controller; a controller that is down is a result, not a failure."""
+
+    def __init__(self, params: dict) -> None:
+        self.params = params
+
+    def run(self) -> dict:
+        result = summarize(SpurConnection(self.params).view())
+        result["changed"] = False
+        return result
+
+
+class NodeInfo:
+    """spur_node_info: the controllers' node records, with the agents' own view of their running jobs."""
+
+    def __init__(self, params: dict) -> None:
+        self.params = params
+
+    def run(self) -> dict:
+        connection = SpurConnection(self.params)
+        try:
+            names = self.params.get("names") or []
+            nodes = connection.list_nodes(names)
+        finally:
+            connection.close()
+        found = {n["name"] for n in nodes}
+        agents = [probe_agent(probe_url(u, AGENT_PROBE_PORT), connection.timeout)
+                  for u in self.params.get("agent_probes") or []]
+        by_node = {a["node"]: a for a in agents if a["reachable"] and a.get("node")}
+        for node in nodes:
+            agent = by_node.get(node["name"])
+            if agent is not None:
+                node["running_jobs"] = agent["running_jobs"]
+                node["running_jobs_source"] = "agent"
+            else:
+                node["running_jobs"] = [dict(job_id=j, attempt=None, supervisor_pid=None) for j in node["job_ids"]]
+                node["running_jobs_source"] = "controller"
+            node["agent"] = agent
+        return dict(
+            changed=False,
+            nodes=nodes,
+            missing=[n for n in names if n not in found],
+            agents_unreachable=[dict(url=a["url"], error=a["error"]) for a in agents if not a["reachable"]],
+            agents_unknown=sorted(n for n in by_node if n not in found),
+        )
+
+
+class ClusterHealth:
+    """spur_cluster_health: wait until one leader has kept its term for stable_for seconds, every member is
+    within max_lag entries, and the expected nodes are registered."""
+
+    def __init__(self, params: dict, clock=time.monotonic, sleep=time.sleep) -> None:
+        self.params = params
+        self.clock = clock
+        self.sleep = sleep
+        for key in ("wait_timeout", "stable_for", "poll_interval", "max_lag"):
+            if params[key] < 0:
+                raise SpurInvalid("%s must not be negative, not %s" % (key, params[key]), override=key)
+
+    def node_problems(self, connection: SpurConnection) -> list[str]:
+        expected = self.params.get("expected_nodes") or []
+        if not expected:
+            return []
+        try:
+            nodes = {n["name"]: n for n in connection.list_nodes(expected)}
+        except SpurError as exc:
+            return ["cannot list the expected nodes: %s" % exc.message]
+        missing = [n for n in expected if n not in nodes]
+        down = [n for n in expected if n in nodes and not nodes[n]["registered"]]
+        found = []
+        if missing:
+            found.append("expected nodes %s are unknown to the controllers" % ", ".join(missing))
+        if down:
+            found.append("expected nodes %s are not registered" % ", ".join(down))
+        return found
+
+    def run(self) -> dict:
+        params = self.params
+        connection = SpurConnection(params)
+        tracker = HealthTracker(params["stable_for"])
+        start = self.clock()
+        deadline = start + params["wait_timeout"]
+        try:
+            while True:
+                view = connection.view(refresh=True)
+                problems = view.problems(max_lag=params["max_lag"])
+                if not problems:
+                    problems = self.node_problems(connection)
+                leader = view.leader["name"] if view.leader else None
+                unmet = tracker.observe(self.clock(), leader, view.term, problems)
+                result = summarize(view)
+                result.update(changed=False, healthy=not unmet, unmet=unmet, waited=round(self.clock() - start, 3))
+                if not unmet:
+                    return result
+                if self.clock() >= deadline:
+                    raise SpurTimeout(
+                        "the cluster is not healthy after %.0f s: %s" % (params["wait_timeout"], "; ".join(unmet)),
+                        override="wait_timeout", details=result)
+                self.sleep(params["poll_interval"])
+        finally:
+            connection.close()
