@@ -39,7 +39,7 @@ SYNOPSIS = "[-h] [-j IDS] [-u USERS] [-t STATES] [-p PARTITIONS] [-n NAMES] [-o 
 _CODE_TO_STATE = {code: name for name, code in jobview.STATE_CODES.items()}
 
 
-def parse_states(items: list[str], program: str = PROGRAM) -> list[str] | None:
+def parse_states(items: list[str]) -> list[str] | None:
     """-t values -> state names (None: every state)."""
     states: list[str] = []
     for item in items:
