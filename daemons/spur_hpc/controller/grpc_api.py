@@ -280,7 +280,14 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     def CompleteJob(self, request, context):
         state = _state_name(request.state, _JOB_STATES, "job state")
         accepted = self.service.complete(
-            request.job_id, request.attempt, request.node, state, request.exit_code, request.signal, request.end_time
+            request.job_id,
+            request.attempt,
+            request.node,
+            state,
+            request.exit_code,
+            request.signal,
+            request.end_time,
+            request.reason,
         )
         self.node.poke_scheduler()
         return slurm_pb2.CompleteJobReply(accepted=accepted)

@@ -116,6 +116,8 @@ class ControllerService:
         if not address:
             raise errors.InvalidArgument(f"node {name} sent no address; set [agent] listen_addr or advertise_addr")
         now = self.clock()
+        if self.on_heartbeat:
+            self.on_heartbeat(name, running)  # before the write: the timeout check must not judge the old time
         result = self.write(
             "node_register",
             name=name,
@@ -316,12 +318,21 @@ class ControllerService:
         return self.write("job_cancel", job_id=job_id, by=by, time=self.clock())
 
     def complete(
-        self, job_id: int, attempt: int, node: str, state: str, exit_code: int, signal: int, end_time: float
+        self,
+        job_id: int,
+        attempt: int,
+        node: str,
+        state: str,
+        exit_code: int,
+        signal: int,
+        end_time: float,
+        reason: str = "",
     ) -> bool:
         self.require_leader()
         _check_job_id(job_id)
         if state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             raise errors.InvalidArgument(f"{state} is not an end state of a job")
+        self._check_text("reason", reason)
         result = self.write(
             "job_end",
             job_id=job_id,
@@ -330,7 +341,7 @@ class ControllerService:
             exit_code=exit_code,
             signal=signal,
             time=end_time or self.clock(),
-            reason="",
+            reason=reason,
         )
         return bool(result.get("accepted"))
 
