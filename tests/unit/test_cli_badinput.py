@@ -130,3 +130,12 @@ def test_help_is_not_an_error(capsys) -> None:
         out, err = capsys.readouterr()
         assert out.startswith("Usage: ") or out.startswith("spur: "), out[:80]
         assert err == ""
+
+
+def test_a_script_that_is_not_utf8_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("SPUR_CONTROLLER_ADDR", "127.0.0.1:1")
+    script = tmp_path / "job.sh"
+    script.write_bytes(b"#!/bin/sh\necho \xff\xfe\n")
+    assert slurm.sbatch_main([str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not UTF-8 text" in err

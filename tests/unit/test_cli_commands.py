@@ -289,3 +289,10 @@ def test_spur_aliases_reach_the_slurm_commands(cluster, capsys) -> None:
     assert run(spur.main, ["show", "job", "1"], capsys)[1].startswith("JobId=1 ")
     assert run(spur.main, ["--controller", cluster.addresses[0], "cancel", "1"], capsys)[0] == 0
     assert run(spur.main, ["submit", "--parsable", "--wrap", "true"], capsys)[1] == "2\n"
+
+
+def test_environment_that_is_not_utf8_is_left_out_with_a_warning(cluster, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("SPUR_BAD_BYTES", os.fsdecode(b"\xff\xfe"))
+    code, _out, err = run(slurm.sbatch_main, ["--wrap", "true"], capsys)
+    assert code == 0 and err == "sbatch: warning: not passing 'SPUR_BAD_BYTES': it is not UTF-8 text\n"
+    assert "SPUR_BAD_BYTES" not in cluster.state.jobs[1].spec.environment

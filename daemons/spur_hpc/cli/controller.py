@@ -118,6 +118,13 @@ def controller_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
     return list(dict.fromkeys(addresses))
 
 
+def _decode(reply_type: str, data: bytes, address: str) -> protocodec.Message:
+    try:
+        return protocodec.decode(reply_type, data)
+    except protocodec.ProtoError as exc:
+        raise grpcwire.RpcError("INTERNAL", f"the answer of {address} is not a valid {reply_type} ({exc})") from None
+
+
 class ControllerClient:
     """Calls SlurmController methods by name with dict requests; answers are protocodec Messages."""
 
@@ -151,7 +158,7 @@ class ControllerClient:
         data, _metadata = self._connection(address).call(
             f"/{schema.package}.{SERVICE}/{method}", body, self.call_timeout
         )
-        return protocodec.decode(reply_type, data, schema)
+        return _decode(reply_type, data, address)
 
     def _connection(self, address: str) -> grpcwire.Connection:
         if address not in self.connections:
@@ -193,7 +200,7 @@ class ControllerClient:
                         queue.insert(0, _with_port(hint))
                     continue
                 self.last_answered = address
-                return protocodec.decode(reply_type, data, schema)
+                return _decode(reply_type, data, address)
             # retry while an election may be under way; reads give up at once when nothing is listening
             if time.monotonic() + RETRY_PAUSE_SECS >= deadline or not (write or any_answered):
                 summary = "; ".join(f"{addr}: {why}" for addr, why in failures.items())

@@ -269,7 +269,12 @@ class Connection:
                 call.header_block += block
             if flags & _END_HEADERS:
                 # every block goes through the decoder: the dynamic table is shared by the connection
-                headers = self.decoder.decode(bytes(call.header_block if stream_id == call.stream_id else block))
+                try:
+                    headers = self.decoder.decode(bytes(call.header_block if stream_id == call.stream_id else block))
+                except hpack.HpackError as exc:
+                    raise self._fail_connection(
+                        RpcError("INTERNAL", f"{self.address} sent headers this client cannot read ({exc})")
+                    ) from None
                 if stream_id == call.stream_id:
                     call.header_blocks.append(headers)
                     call.header_block.clear()

@@ -28,7 +28,9 @@ def run(program: str, command: Callable[[list[str]], int], argv: list[str] | Non
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        return command(args)
+        code = command(args)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
     except CliError as exc:
         error_line(program, str(exc))
         return exc.exit_code

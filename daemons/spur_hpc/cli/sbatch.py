@@ -90,7 +90,25 @@ def _positive(values: dict[str, Any], dest: str, option: str) -> int:
     return int(low)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes in the environment arrive as surrogates
+        return False
+    return True
+
+
 def environment_to_export(spec_text: str | None, environ: dict[str, str]) -> dict[str, str]:
+    """--export: ALL (default), NONE, or names and NAME=value pairs. Variables that are not UTF-8 are left out
+    (protobuf strings must be UTF-8), with a warning."""
+    env = _select_environment(spec_text, environ)
+    for key in [k for k, v in env.items() if not (_utf8(k) and _utf8(v))]:
+        print(f"{PROGRAM}: warning: not passing {key!r}: it is not UTF-8 text", file=sys.stderr)
+        del env[key]
+    return env
+
+
+def _select_environment(spec_text: str | None, environ: dict[str, str]) -> dict[str, str]:
     if not spec_text or spec_text.upper() == "ALL":
         return dict(environ)
     env: dict[str, str] = {}
@@ -124,10 +142,12 @@ def read_script(values: dict[str, Any], positionals: list[str]) -> tuple[str, st
                 "or use --wrap 'script.sh arg ...'"
             )
         try:
-            with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            with open(path, encoding="utf-8") as fh:
                 return fh.read(), path, os.path.basename(path)
         except OSError as exc:
             raise CliError(f"cannot read batch script {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise CliError(f"batch script {path} is not UTF-8 text; convert it (iconv -t UTF-8)") from None
     if sys.stdin is None or sys.stdin.isatty():
         raise usage_error(PROGRAM, "no batch script given: name a script file, use --wrap COMMAND, or pipe a script in")
     return sys.stdin.read(), "standard input", "sbatch"
