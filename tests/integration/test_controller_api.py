@@ -99,3 +99,16 @@ def test_corrupt_journal_refuses_to_start_naming_the_file(cluster):
     assert result.returncode == 2
     assert str(journal) in result.stderr and "move its state_dir aside" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_hold_and_release_a_pending_job(cluster):
+    stub = cluster.stub(cluster.wait_leader())
+    job_id = stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=good_spec(), idempotency_key=uuid.uuid4().hex),
+                            timeout=5).job_id
+    held = stub.HoldJob(slurm_pb2.HoldJobRequest(job_id=job_id), timeout=5)
+    assert held.held and held.reason == "JobHeldAdmin" and held.state == slurm_pb2.PENDING
+    released = stub.ReleaseJob(slurm_pb2.ReleaseJobRequest(job_id=job_id), timeout=5)
+    assert not released.held and released.reason == "None"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.HoldJob(slurm_pb2.HoldJobRequest(job_id=987654), timeout=5)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND

@@ -97,6 +97,7 @@ def job_to_pb(job: dict[str, Any]) -> slurm_pb2.Job:
         nodes=job["nodes"],
         attempt=job["attempt"],
         cancel_requested=job["cancel_requested"],
+        held=bool(job.get("held")),
     )
 
 
@@ -291,6 +292,17 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         )
         self.node.poke_scheduler()
         return slurm_pb2.CompleteJobReply(accepted=accepted)
+
+    @rpc
+    def HoldJob(self, request, context):
+        self.service.hold(request.job_id, True)
+        return job_to_pb(self.service.get_job(request.job_id))
+
+    @rpc
+    def ReleaseJob(self, request, context):
+        self.service.hold(request.job_id, False)
+        self.node.poke_scheduler()
+        return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def JobHistory(self, request, context):

@@ -119,6 +119,16 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.FromString,
                 _registered_method=True)
+        self.HoldJob = channel.unary_unary(
+                '/spur.v1.SlurmController/HoldJob',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldJobRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
+        self.ReleaseJob = channel.unary_unary(
+                '/spur.v1.SlurmController/ReleaseJob',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -226,6 +236,20 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldJob(self, request, context):
+        """needs WAL level 2
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJob(self, request, context):
+        """needs WAL level 2
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +337,16 @@ def add_SlurmControllerServicer_to_server(servicer, server):
                     servicer.JobHistory,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.SerializeToString,
+            ),
+            'HoldJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJob,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'ReleaseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJob,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +808,60 @@ class SlurmController:
             '/spur.v1.SlurmController/JobHistory',
             spur__hpc_dot_proto_dot_slurm__pb2.JobHistoryRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.ListJobsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/HoldJob',
+            spur__hpc_dot_proto_dot_slurm__pb2.HoldJobRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ReleaseJob',
+            spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
