@@ -18,7 +18,7 @@ import urllib.error
 import uuid
 
 from ansible.module_utils.basic import missing_required_lib
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 try:
     import grpc
@@ -165,11 +165,21 @@ def controller_endpoints(params: dict) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------- HTTP probes
 
 
+_TLS_CONTEXT: list = []
+
+
+def _tls_context():
+    """One TLS context per process: building one reads the CA store, which costs more than a probe."""
+    if not _TLS_CONTEXT:
+        _TLS_CONTEXT.append(make_context())
+    return _TLS_CONTEXT[0]
+
+
 def http_get(url: str, timeout: float) -> tuple[int, str]:
     """(status, body) of a GET; any HTTP status is an answer. Raises SpurUnreachable when nothing answers."""
     try:
-        response = open_url(url, method="GET", timeout=timeout, use_proxy=False, follow_redirects="none",
-                            http_agent="spur.cluster")
+        response = Request().open("GET", url, timeout=timeout, use_proxy=False, follow_redirects="none",
+                                  http_agent="spur.cluster", context=_tls_context())
         return response.getcode(), response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         try:
