@@ -11,8 +11,12 @@ import uuid
 from pathlib import Path
 
 import grpc
-from common import record, summary
+
+# isort: off
+import common  # first: it puts tests/ on sys.path for the harness
 from harness import ControllerCluster, cleanup_all, wait_until
+# isort: on
+
 from spur_hpc.proto import slurm_pb2
 
 SPEC = slurm_pb2.JobSpec(name="bench", script="true", user="bench", work_dir="/tmp")
@@ -77,12 +81,12 @@ def main() -> None:
             cluster.stop()
             cleanup_all()
     result = {
-        "kill_to_first_write_s": summary(writes),
-        "kill_to_probe_200_s": summary(probes),
+        "kill_to_first_write_s": common.summary(writes),
+        "kill_to_probe_200_s": common.summary(probes),
         "trials": opts.trials,
         "targets": {"median_s": 1.0, "p99_s": 2.0},
     }
-    path = record("failover", result)
+    path = common.record("failover", result)
     w = result["kill_to_first_write_s"]
     print(
         f"failover over {opts.trials} trials: median {w['median']:.3f} s, p99 {w['p99']:.3f} s, "

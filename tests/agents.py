@@ -139,6 +139,7 @@ class AgentProc:
         heartbeat: float = 0.5,
         heartbeat_timeout: int = 60,
         extra: str = "",
+        cpus: int = 4,
     ) -> None:
         self.root = root
         self.ip = next_agent_ip()
@@ -161,7 +162,7 @@ listen_addr = "{self.ip}:{self.grpc_port}"
 probe_addr = "{self.ip}:{self.probe_port}"
 state_dir = "{self.state_dir}"
 heartbeat_interval_secs = {heartbeat}
-cpus = 4
+cpus = {cpus}
 memory_mb = 4096
 {extra}
 """

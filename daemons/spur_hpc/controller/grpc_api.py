@@ -165,7 +165,6 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             request.build,
             request.partition,
             running,
-            request.agent_started,
         )
         node = self.service.get_node(request.name)
         self.node.poke_scheduler()

@@ -28,6 +28,8 @@ LAUNCH_ATTEMPTS = 3
 LAUNCH_RPC_TIMEOUT = 10.0
 SIGNAL_RETRY_SECS = 5.0
 TIME_LIMIT_GRACE_SECS = 60.0  # the supervisor enforces limits; the controller steps in only after this
+# A running job its agent does not hold for this long (while not being launched) is an orphan.
+ORPHAN_GRACE_SECS = 15.0
 
 
 class AgentClients:
@@ -65,6 +67,9 @@ class LeaderDuties:
         self.last_seen: dict[str, float] = {}
         self.last_seen_lock = threading.Lock()
         self.launching: set[tuple[int, int]] = set()
+        # Orphan detection, from the agents' own reports: pairs seen held, and pairs missing since when.
+        self.held_seen: set[tuple[int, int]] = set()
+        self.missing_since: dict[tuple[int, int], float] = {}
         self.signalled: dict[tuple[int, int], float] = {}
         self.was_leader = False
         self.wake = threading.Event()
@@ -85,9 +90,26 @@ class LeaderDuties:
         """Run the scheduler soon (a job was submitted or resources were freed)."""
         self.wake.set()
 
-    def heartbeat_seen(self, name: str, _running: list[tuple[int, int]]) -> None:
+    def heartbeat_seen(self, name: str, running: list[tuple[int, int]]) -> None:
+        """An agent reported in with the (job, attempt) pairs it holds: note liveness and orphans."""
+        now = time.monotonic()
         with self.last_seen_lock:
-            self.last_seen[name] = time.monotonic()
+            self.last_seen[name] = now
+        held = set(running)
+        expected = self.raft.read(
+            lambda s: [
+                (j["job_id"], j["attempt"])
+                for j in s.jobs.values()
+                if j["state"] == RUNNING and j["nodes"] and j["nodes"][0] == name
+            ]
+        )
+        with self.last_seen_lock:
+            for key in expected:
+                if key in held:
+                    self.held_seen.add(key)
+                    self.missing_since.pop(key, None)
+                elif key not in self.launching:
+                    self.missing_since.setdefault(key, now)
 
     def last_seen_wall(self) -> dict[str, float]:
         """Last heartbeat per node as wall-clock time (only meaningful on the leader)."""
@@ -120,6 +142,7 @@ class LeaderDuties:
             self._became_leader()
         self.bootstrap_cluster()
         self._check_heartbeats()
+        self._check_orphans()
         self._schedule()
         self._follow_up_running()
 
@@ -131,6 +154,8 @@ class LeaderDuties:
             self.last_seen = {n: now for n in names}
         self.launching.clear()
         self.signalled.clear()
+        self.held_seen.clear()
+        self.missing_since.clear()
         log.info("became leader at term %s; %d nodes get a fresh heartbeat grace period", self.raft.term(), len(names))
 
     # -------------------------------------------------------------- heartbeats
@@ -152,6 +177,45 @@ class LeaderDuties:
                     reason="Not responding",
                     time=self.service.clock(),
                     registration=registration,
+                )
+
+    def _check_orphans(self) -> None:
+        """A job its agent does not hold: requeue it if it never started there, NODE_FAIL if it vanished."""
+        now = time.monotonic()
+        with self.last_seen_lock:
+            due = [
+                (key, key in self.held_seen)
+                for key, since in self.missing_since.items()
+                if now - since > ORPHAN_GRACE_SECS and key not in self.launching
+            ]
+            for key, _ in due:
+                self.missing_since.pop(key, None)
+                self.held_seen.discard(key)
+        for (job_id, attempt), was_held in due:
+            job = self.raft.read(lambda s, j=job_id: dict(s.jobs[j]) if j in s.jobs else None)
+            if job is None or job["state"] != RUNNING or job["attempt"] != attempt:
+                continue
+            node = job["nodes"][0]
+            if was_held:
+                log.warning("job %s attempt %s: the agent on %s no longer holds it: NODE_FAIL", job_id, attempt, node)
+                self.service.write(
+                    "job_end",
+                    job_id=job_id,
+                    attempt=attempt,
+                    state="NODE_FAIL",
+                    exit_code=0,
+                    signal=0,
+                    time=self.service.clock(),
+                    reason=f"the agent on {node} lost the job",
+                )
+            else:
+                log.warning("job %s attempt %s: the agent on %s never started it: requeued", job_id, attempt, node)
+                self.service.write(
+                    "job_requeue",
+                    job_id=job_id,
+                    attempt=attempt,
+                    time=self.service.clock(),
+                    reason=f"the agent on {node} never started it",
                 )
 
     # -------------------------------------------------------------- scheduling

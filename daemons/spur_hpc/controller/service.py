@@ -105,7 +105,6 @@ class ControllerService:
         build: str,
         partition: str,
         running: list[tuple[int, int]],
-        agent_started: float,
     ) -> dict[str, Any]:
         self.require_leader()
         self._node_name(name)
@@ -131,33 +130,7 @@ class ControllerService:
             time=now,
         )
         if self.on_heartbeat:
-            self.on_heartbeat(name, running)
-        # Jobs that started before this agent did and that it does not hold were lost with the old agent.
-        held = {j for j, _a in running}
-        lost = self.read(
-            lambda s: [
-                (j["job_id"], j["attempt"])
-                for j in s.jobs.values()
-                if j["state"] == RUNNING
-                and name in j["nodes"]
-                and j["job_id"] not in held
-                and j["start_time"] < agent_started
-            ]
-        )
-        for job_id, attempt in lost:
-            log.warning(
-                "job %s (attempt %s) on %s is not held by the restarted agent: NODE_FAIL", job_id, attempt, name
-            )
-            self.write(
-                "job_end",
-                job_id=job_id,
-                attempt=attempt,
-                state="NODE_FAIL",
-                exit_code=0,
-                signal=0,
-                time=now,
-                reason=f"agent on {name} restarted without the job",
-            )
+            self.on_heartbeat(name, running)  # after the write too: the held/missing bookkeeping needs the node
         return result
 
     def deregister_agent(self, name: str, reason: str) -> None:
