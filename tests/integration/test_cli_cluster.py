@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -111,16 +110,3 @@ def test_writes_through_a_follower_first(cluster, agent, shell) -> None:
     wait_until(lambda: job_state(shell, job_id) == "COMPLETED", 30, "the job to complete")
     listed = shell("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
     assert listed.count(str(job_id)) == 1
-
-
-def test_squeue_answers_quickly(cluster, agent, shell) -> None:
-    job_id = int(shell("sbatch", "--parsable", "--wrap", "true").stdout)
-    shell("squeue", "-h", "-j", str(job_id))  # warm the page cache and bytecode
-    timings = []
-    for _ in range(7):
-        started = time.perf_counter()
-        shell("squeue", "-h", "-j", str(job_id))
-        timings.append(time.perf_counter() - started)
-    timings.sort()
-    # the target is 40 ms on an idle machine; CI shares two cores with three controllers, so allow slack
-    assert timings[len(timings) // 2] < 0.25, timings

@@ -213,15 +213,6 @@ def test_scontrol_show_unknown_node_and_job_exit_1(cluster, capsys) -> None:
     assert code == 1 and err == "scontrol: error: Invalid job id specified: 77\n"
 
 
-def test_scontrol_hold_without_an_api_says_so_and_changes_nothing(cluster, capsys) -> None:
-    cluster.add_job(1, state=pb.PENDING)
-    code, _out, err = run(slurm.scontrol_main, ["hold", "1"], capsys)
-    if code == 0:  # the proto gained HoldJob: the fake does not implement it, so the call fails
-        pytest.skip("slurm.proto has a HoldJob call now")
-    assert code == 1 and "HoldJob" in err and "nothing was changed" in err
-    assert not [m for _a, m in cluster.state.calls if m.startswith("Hold")]
-
-
 def test_sacct_default_shows_callers_jobs_from_today(cluster, capsys, monkeypatch) -> None:
     import time as clock
 

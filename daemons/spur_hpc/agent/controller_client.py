@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from spur_hpc import grpcutil
+from spur_hpc import auth, grpcutil
 from spur_hpc.proto import slurm_pb2_grpc
 
 log = logging.getLogger("spurd.controller")
@@ -28,11 +28,14 @@ class ControllerUnavailable(Exception):
 
 
 class ControllerClient:
-    def __init__(self, hosts: list[str], call_timeout: float = 5.0) -> None:
+    def __init__(
+        self, hosts: list[str], call_timeout: float = 5.0, auth_type: str = "none", munge_socket: str = ""
+    ) -> None:
         if not hosts:
             raise ValueError("no controller hosts")
         self.hosts = list(hosts)
         self.call_timeout = call_timeout
+        self.auth_type, self.munge_socket = auth_type, munge_socket
         self._current = self.hosts[0]
         self._stubs: dict[str, slurm_pb2_grpc.SlurmControllerStub] = {}
         self._channels: dict[str, grpc.Channel] = {}
@@ -85,7 +88,9 @@ class ControllerClient:
             address = queue.pop(0)
             timeout = max(0.05, min(self.call_timeout, deadline - now))
             try:
-                reply = getattr(self._stub(address), method)(request, timeout=timeout)
+                # A fresh credential per try: munged refuses a replayed one.
+                metadata = auth.client_metadata(self.auth_type, self.munge_socket)
+                reply = getattr(self._stub(address), method)(request, timeout=timeout, metadata=metadata)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code not in RETRY_CODES:

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from spur_hpc import buildinfo, conf, grpcutil
+from spur_hpc import auth, buildinfo, conf, grpcutil
 from spur_hpc.agent.controller_client import ControllerClient, ControllerUnavailable
 from spur_hpc.agent.servicer import AgentServicer, running_pb
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
@@ -88,6 +88,10 @@ class AgentDaemon(Daemon):
             self.log_level = self.conf.log.level
             set_log_level(self.log_level)
         a = self.conf.agent
+        try:
+            self.verifier = auth.Verifier(self.conf.auth.type, self.conf.auth.munge_socket)
+        except auth.AuthError as exc:
+            raise StartupError(f"[auth] type = {self.conf.auth.type}: {exc}") from None
         self.node = conf.node_name(self.conf)
         self.address = conf.normalize_addr(a.advertise_addr or a.listen_addr, conf.AGENT_GRPC_PORT)
         host, port = conf.split_host_port(self.address)
@@ -98,9 +102,22 @@ class AgentDaemon(Daemon):
         self.cpus = a.cpus or detect_cpus()
         self.memory_mb = a.memory_mb or detect_memory_mb()
         hosts = [conf.normalize_addr(h, conf.CONTROLLER_GRPC_PORT) for h in self.conf.controller.hosts]
-        self.client = ControllerClient(hosts)
+        self.client = ControllerClient(hosts, auth_type=self.conf.auth.type, munge_socket=self.conf.auth.munge_socket)
 
     # -------------------------------------------------------------- start
+
+    def _authorize(self, context: grpc.ServicerContext, action: str) -> None:
+        """Only the controllers (root or an [auth] admin) may launch or signal jobs on this node."""
+        credential = dict(context.invocation_metadata() or ()).get(auth.METADATA_KEY)
+        try:
+            who = self.verifier.identify(credential)
+        except auth.AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        if not auth.is_admin(who, self.conf.auth.admins):
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"user {who.user} (uid {who.uid}) may not {action} on {self.node}: controllers only",
+            )
 
     def start(self) -> None:
         assert self.conf is not None and self.client is not None
@@ -125,7 +142,7 @@ class AgentDaemon(Daemon):
         except OSError as exc:
             raise StartupError(f"{exc}; stop whatever holds it or change [agent] listen_addr/probe_addr") from None
         slurm_pb2_grpc.add_SlurmAgentServicer_to_server(
-            AgentServicer(self.node, self.table, self.registered.is_set), self.server
+            AgentServicer(self.node, self.table, self.registered.is_set, self._authorize), self.server
         )
         self.probe.start()  # liveness only; /readyz stays 503 until registered
         self.log.info(

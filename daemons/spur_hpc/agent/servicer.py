@@ -45,8 +45,15 @@ def running_pb(table: SupervisorTable) -> list[slurm_pb2.RunningJob]:
 
 
 class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
-    def __init__(self, node: str, table: SupervisorTable, registered: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        node: str,
+        table: SupervisorTable,
+        registered: Callable[[], bool],
+        authorize: Callable[[Any, str], None] | None = None,
+    ) -> None:
         self.node = node
+        self.authorize = authorize or (lambda _context, _action: None)
         self.table = table
         self.registered = registered
 
@@ -60,6 +67,7 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
         )
 
     def LaunchJob(self, request, context):  # noqa: N802
+        self.authorize(context, "launch jobs")
         job = request.job
         try:
             pid, already = self.table.launch(
@@ -82,6 +90,7 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
         return slurm_pb2.LaunchJobReply(supervisor_pid=pid, already_running=already)
 
     def SignalJob(self, request, context):  # noqa: N802
+        self.authorize(context, "signal jobs")
         session = self.table.find(request.job_id, request.attempt)
         if session is None or session.state not in ("running",):
             log.info(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from spur_hpc import auth
 from spur_hpc.cli import grpcwire, protocodec
 from spur_hpc.cli.runner import CliError
 
@@ -156,7 +157,7 @@ class ControllerClient:
         request_type, reply_type = schema.services[SERVICE][method]
         body = protocodec.encode(request_type, request or {}, schema)
         data, _metadata = self._connection(address).call(
-            f"/{schema.package}.{SERVICE}/{method}", body, self.call_timeout
+            f"/{schema.package}.{SERVICE}/{method}", body, self.call_timeout, auth.client_metadata()
         )
         return _decode(reply_type, data, address)
 
@@ -188,7 +189,10 @@ class ControllerClient:
                     continue
                 tried.add(address)
                 try:
-                    data, _metadata = self._connection(address).call(path, body, self.call_timeout)
+                    # A fresh credential per try: munged refuses a replayed one.
+                    data, _metadata = self._connection(address).call(
+                        path, body, self.call_timeout, auth.client_metadata()
+                    )
                 except grpcwire.RpcError as exc:
                     if exc.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
                         self.last_answered = address

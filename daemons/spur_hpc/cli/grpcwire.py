@@ -321,8 +321,12 @@ class Connection:
 
     # -------------------------------------------------------------- calls
 
-    def call(self, path: str, request: bytes, timeout: float = 10.0) -> tuple[bytes, list[tuple[str, str]]]:
-        """POST one request message to path ('/package.Service/Method'); -> (reply bytes, trailing metadata)."""
+    def call(
+        self, path: str, request: bytes, timeout: float = 10.0, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> tuple[bytes, list[tuple[str, str]]]:
+        """POST one request message to path ('/package.Service/Method'); -> (reply bytes, trailing metadata).
+
+        metadata: extra request headers (lower-case keys), such as the spur-auth credential."""
         deadline = time.monotonic() + timeout
         if self.sock is None or self.goaway_last_stream is not None:
             self.close()
@@ -341,6 +345,7 @@ class Connection:
             ("grpc-timeout", f"{max(1, int(timeout * 1000))}m"),
             ("user-agent", "spur-cli"),
         ]
+        headers.extend(metadata)
         block = hpack.encode_headers(headers)
         out = bytearray()
         for start in range(0, len(block), self.peer_max_frame):

@@ -18,6 +18,7 @@ from spur_hpc.accounting import SchemaTooNewError
 from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret, split_host_port
 from spur_hpc.controller import bootstrap, errors, storage, wal
 from spur_hpc.controller.accounting_link import AccountingLink
+from spur_hpc.controller.authz import Authorizer
 from spur_hpc.controller.grpc_api import (
     ControllerServicer,
     RaftInternalServicer,
@@ -79,6 +80,10 @@ class ControllerDaemon(Daemon):
         self.secret = read_secret(c.raft_secret_file)
         self.paths = storage.StatePaths(c.state_dir)
         self.accounting = AccountingLink(self.conf)
+        try:
+            self.authz = Authorizer(self.conf)
+        except errors.Unavailable as exc:
+            raise StartupError(str(exc)) from None
         if len(self.peers) > 1 and len(self.hosts) < len(self.peers):
             raise StartupError(
                 f"[controller] hosts lists {len(self.hosts)} controllers but peers lists {len(self.peers)}; "

@@ -23,6 +23,10 @@ class PermissionDenied(ControllerError):
     pass
 
 
+class Unauthenticated(ControllerError):
+    """No credential, or one that does not check out."""
+
+
 class Unavailable(ControllerError):
     """No leader, a stalled member, or a write whose outcome is unknown: retry (with the same key)."""
 

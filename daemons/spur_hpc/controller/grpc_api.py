@@ -22,6 +22,7 @@ _CODES = [
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
@@ -145,16 +146,24 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             raise errors.Unavailable("this controller is still starting (probing its peers); try another one")
         return service
 
+    def _require_job_owner(self, who, job_id: int, action: str) -> None:
+        job = self.service.get_job(job_id)
+        spec = job["spec"]
+        self.node.authz.require_owner_or_admin(who, spec.get("user", ""), spec.get("uid", -1), f"{action} {job_id}")
+
     @rpc
     def Ping(self, request, context):
+        self.node.authz.caller(context)
         return self.node.ping_reply()
 
     @rpc
     def GetClusterInfo(self, request, context):
+        self.node.authz.caller(context)
         return self.node.cluster_info()
 
     @rpc
     def RegisterAgent(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "act as a node agent")
         running = [(r.job_id, r.attempt) for r in request.running]
         result = self.service.register_agent(
             request.name,
@@ -176,6 +185,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def Heartbeat(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "act as a node agent")
         self.service.require_leader()
         known = self.service.read(lambda s: request.name in s.nodes and s.nodes[request.name]["registered"])
         if not known:
@@ -196,11 +206,13 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def DeregisterAgent(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "act as a node agent")
         self.service.deregister_agent(request.name, request.reason)
         return slurm_pb2.DeregisterAgentReply(node=node_to_pb(self.service.get_node(request.name)))
 
     @rpc
     def ListNodes(self, request, context):
+        self.node.authz.caller(context)
         nodes = self.service.list_nodes(list(request.names))
         wanted = {_state_name(s, _NODE_STATES, "node state") for s in request.states}
         seen = self.node.duties.last_seen_wall()
@@ -210,33 +222,41 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def GetNode(self, request, context):
+        self.node.authz.caller(context)
         node = self.service.get_node(request.name)
         return node_to_pb(node, self.node.duties.last_seen_wall().get(request.name, 0.0))
 
     @rpc
     def DrainNode(self, request, context):
-        self.service.drain(request.name, request.reason, request.set_by)
+        who = self.node.authz.caller(context)
+        self.node.authz.require_admin(who, "drain nodes")
+        set_by = request.set_by or who.user
+        self.service.drain(request.name, request.reason, set_by)
         return node_to_pb(self.service.get_node(request.name))
 
     @rpc
     def ResumeNode(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "resume nodes")
         self.service.resume(request.name, request.only_if_reason_prefix)
         self.node.poke_scheduler()
         return node_to_pb(self.service.get_node(request.name))
 
     @rpc
     def UpdateNode(self, request, context):
+        who = self.node.authz.caller(context)
+        self.node.authz.require_admin(who, "update nodes")
+        set_by = request.set_by or who.user
         state = _state_name(request.state, _NODE_STATES, "node state")
         if state in ("DRAINED", "DRAINING"):
             if not request.reason:
                 raise errors.InvalidArgument("draining a node needs a reason (Reason=...)")
-            self.service.drain(request.name, request.reason, request.set_by)
+            self.service.drain(request.name, request.reason, set_by)
         elif state == "IDLE":
             self.service.resume(request.name)
         elif state == "DOWN":
             if not request.reason:
                 raise errors.InvalidArgument("setting a node DOWN needs a reason (Reason=...)")
-            result = self.service.down(request.name, request.reason, request.set_by)
+            result = self.service.down(request.name, request.reason, set_by)
             for job_id in result.get("failed", []):
                 self.node.kill_job_everywhere(job_id)
         else:
@@ -246,12 +266,16 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def SubmitJob(self, request, context):
-        job_id, duplicate = self.service.submit(spec_from_pb(request.spec), request.idempotency_key)
+        who = self.node.authz.caller(context)
+        spec = spec_from_pb(request.spec)
+        self.node.authz.submit_as(who, spec)
+        job_id, duplicate = self.service.submit(spec, request.idempotency_key)
         self.node.poke_scheduler()
         return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
 
     @rpc
     def ListJobs(self, request, context):
+        self.node.authz.caller(context)
         jobs = self.service.list_jobs(
             job_ids=list(request.job_ids),
             users=list(request.users),
@@ -264,10 +288,12 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def GetJob(self, request, context):
+        self.node.authz.caller(context)
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def CancelJob(self, request, context):
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "cancel job")
         result = self.service.cancel(request.job_id, request.signal, request.requested_by)
         if result.get("signal_agent") and self.node.service.raft.is_leader():
             self.node.duties.signal_job(request.job_id, result["attempt"], result["nodes"], request.signal)
@@ -278,6 +304,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def CompleteJob(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "report job completions")
         state = _state_name(request.state, _JOB_STATES, "job state")
         accepted = self.service.complete(
             request.job_id,
@@ -294,17 +321,20 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def HoldJob(self, request, context):
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "hold job")
         self.service.hold(request.job_id, True)
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def ReleaseJob(self, request, context):
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "release job")
         self.service.hold(request.job_id, False)
         self.node.poke_scheduler()
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def JobHistory(self, request, context):
+        self.node.authz.caller(context)
         cluster_id = None if request.all_clusters else self.service.read(lambda s: s.cluster_id)
         records = self.node.accounting.history(
             cluster_id,
@@ -318,6 +348,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def SetWalLevel(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "raise the WAL level")
         result = self.service.set_wal_level(request.level)
         return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])
 

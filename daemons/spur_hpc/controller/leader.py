@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from spur_hpc import grpcutil
+from spur_hpc import auth, grpcutil
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.state import PENDING, RUNNING, ClusterState, per_node_cpus
@@ -33,11 +33,15 @@ ORPHAN_GRACE_SECS = 15.0
 
 
 class AgentClients:
-    """One cached channel per agent address."""
+    """One cached channel per agent address; every call carries this controller's credential."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth_type: str, munge_socket: str) -> None:
+        self.auth_type, self.munge_socket = auth_type, munge_socket
         self._stubs: dict[str, slurm_pb2_grpc.SlurmAgentStub] = {}
         self._lock = threading.Lock()
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return auth.client_metadata(self.auth_type, self.munge_socket)
 
     def stub(self, address: str) -> slurm_pb2_grpc.SlurmAgentStub:
         with self._lock:
@@ -62,7 +66,7 @@ class LeaderDuties:
         self.bootstrap_cluster = bootstrap_cluster
         self.interval = self.conf.controller.scheduler_interval_ms / 1000.0
         self.timeout = float(self.conf.controller.heartbeat_timeout_secs)
-        self.agents = AgentClients()
+        self.agents = AgentClients(self.conf.auth.type, self.conf.auth.munge_socket)
         self.pool = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="launch")
         self.last_seen: dict[str, float] = {}
         self.last_seen_lock = threading.Lock()
@@ -249,7 +253,9 @@ class LeaderDuties:
             last_error = ""
             for n in range(LAUNCH_ATTEMPTS):
                 try:
-                    reply = self.agents.stub(address).LaunchJob(request, timeout=LAUNCH_RPC_TIMEOUT)
+                    reply = self.agents.stub(address).LaunchJob(
+                        request, timeout=LAUNCH_RPC_TIMEOUT, metadata=self.agents.metadata()
+                    )
                     log.info(
                         "job %s attempt %s launched on %s (supervisor pid %s)",
                         job_id,
@@ -300,7 +306,9 @@ class LeaderDuties:
         for address in addresses[:1]:
             try:
                 reply = self.agents.stub(address).SignalJob(
-                    slurm_pb2.SignalJobRequest(job_id=job_id, attempt=attempt, signal=signal), timeout=5.0
+                    slurm_pb2.SignalJobRequest(job_id=job_id, attempt=attempt, signal=signal),
+                    timeout=5.0,
+                    metadata=self.agents.metadata(),
                 )
                 delivered = delivered or reply.delivered
             except grpc.RpcError as exc:
