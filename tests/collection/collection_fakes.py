@@ -197,9 +197,21 @@ class FakeController:
 
     # helpers for tests
     def add_node(self, name: str, registered: bool = True) -> None:
-        self.service.register_agent(name, f"{name}:6818", 4, 4096, "1.0.0", "build-a", "default", [], time.time())
+        # Through the replicated records (a stable format), not the service's registration call.
+        self.service.write(
+            "node_register",
+            name=name,
+            address=f"{name}:6818",
+            cpus=4,
+            memory_mb=4096,
+            version="1.0.0",
+            build="build-a",
+            partition="default",
+            running=[],
+            time=time.time(),
+        )
         if not registered:
-            self.service.deregister_agent(name, "spurd stopped")
+            self.service.write("node_deregister", name=name, reason="spurd stopped", time=time.time())
 
     def start_job(self, node: str, name: str = "job") -> int:
         job_id, _dup = self.service.submit(

@@ -11,8 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from conftest import COLLECTION, REPO, VENV_BIN, ansible_env
+from collection_helpers import COLLECTION, REPO, VENV_BIN, ansible_env
 
 MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
 

@@ -18,9 +18,9 @@ from ansible_collections.spur.cluster.plugins.modules import (
     spur_upgrade_plan,
     spur_wal_level,
 )
+from collection_helpers import run_module
 
 from agents import AgentProc, cleanup
-from conftest import run_module
 from harness import BIN, ControllerCluster, Proc, wait_until
 from spur_hpc.proto import slurm_pb2
 

@@ -27,8 +27,7 @@ from ansible_collections.spur.cluster.plugins.modules import (
 )
 from ansible_collections.spur.cluster.plugins.modules import spur_release as spur_release_module
 from collection_fakes import FakeCluster, FakeController, ProbeServer
-
-from conftest import run_module
+from collection_helpers import run_module
 
 NAMES = ["ctl-0", "ctl-1", "ctl-2"]
 PREFIX = "spur-ansible: "
