@@ -51,6 +51,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, str]]] = {
         "bootstrap_probe_timeout_secs": ((int, float), 2.0, "deadline of one ClusterProbe call at start"),
         "bootstrap_wait_secs": ((int, float), 0.0, "give up waiting for unreachable peers after this (0: never)"),
         "min_job_age_secs": ((int,), 300, "finished jobs stay in the controllers' state at least this long"),
+        "min_free_disk_mb": ((int,), 100, "writes are refused while state_dir has less free space than this"),
     },
     "agent": {
         "node_name": ((str,), "", "node name (default: short host name)"),
@@ -108,6 +109,7 @@ class ControllerConfig:
     bootstrap_probe_timeout_secs: float = 2.0
     bootstrap_wait_secs: float = 0.0
     min_job_age_secs: int = 300
+    min_free_disk_mb: int = 100
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ class ControllerDaemon(Daemon):
         self.raft_stopped_for_stall = False
         self.identity_changed = threading.Event()
         self.accounting: AccountingLink | None = None
+        self.last_step_down = 0.0
 
     # ---------------------------------------------------------------- configuration
 
@@ -129,6 +130,7 @@ class ControllerDaemon(Daemon):
             connection_retry=self.conf.controller.connection_retry_ms / 1000,
             compaction_entries=self.conf.controller.log_compaction_entries,
             hold_elections=self.joining is not None,
+            min_free_disk_mb=self.conf.controller.min_free_disk_mb,
         )
         self._check_raft_port()
         try:
@@ -290,6 +292,7 @@ class ControllerDaemon(Daemon):
         if self.raft_stopped_for_stall:
             return
         self._save_identity(name, cluster_id, members)
+        self._step_down_if_disk_full()
         if self.joining is not None:
             target = self.joining.commit_index
             if cluster_id == self.joining.cluster_id and raft.applied_index() >= target:
@@ -308,6 +311,18 @@ class ControllerDaemon(Daemon):
         if cluster_id and my_info != mine and raft.leader_addr() and now - self.last_announce > 2.0:
             self.last_announce = now
             threading.Thread(target=self._announce, args=(mine,), daemon=True).start()
+
+    def _step_down_if_disk_full(self) -> None:
+        """A leader that cannot write its journal hands leadership to a member that can."""
+        raft = self.raft
+        if not raft.is_leader() or len(self.members) < 2 or time.monotonic() - self.last_step_down < 5.0:
+            return
+        try:
+            raft.disk.check()
+        except Exception as exc:
+            self.last_step_down = time.monotonic()
+            log.warning("%s; handing leadership to another controller", exc)
+            raft.transferLeadership()
 
     def _save_identity(self, name: str, cluster_id: str, members: list[str]) -> None:
         if cluster_id and (
@@ -401,6 +416,7 @@ class ControllerDaemon(Daemon):
             applied_index=raft.applied_index(),
             has_quorum=raft.has_quorum(),
             joining=raft.holding_elections(),
+            disk_free_mb=round(raft.disk.free_bytes() / 2**20, 1),
             connected_peers=raft.connected_peers(),
         )
         if role == "leader":

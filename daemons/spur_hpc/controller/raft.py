@@ -46,6 +46,36 @@ class StalledError(RaftError):
     """This member stopped applying records it cannot read."""
 
 
+class DiskFullError(RaftError):
+    """state_dir is (nearly) full: writes are refused until space returns."""
+
+
+class DiskGuard:
+    """Free space under state_dir, looked up at most once a second (statvfs costs microseconds)."""
+
+    def __init__(self, path: str, min_free_mb: int) -> None:
+        self.path = path
+        self.min_free = min_free_mb * 1024 * 1024
+        self.checked = 0.0
+        self.free = None
+
+    def free_bytes(self) -> int:
+        now = time.monotonic()
+        if self.free is None or now - self.checked >= 1.0:
+            st = os.statvfs(self.path)
+            self.free = st.f_bavail * st.f_frsize
+            self.checked = now
+        return self.free
+
+    def check(self) -> None:
+        free = self.free_bytes()
+        if free < self.min_free:
+            raise DiskFullError(
+                f"state_dir {self.path} has {free / 2**20:.1f} MB free, below [controller] min_free_disk_mb "
+                f"({self.min_free // 2**20} MB); writes are refused until space is freed there"
+            )
+
+
 class _FsyncMetaStorer(MetaStorer):
     """Term and vote reach the disk before any message that reflects them is sent."""
 
@@ -120,6 +150,7 @@ class RaftSettings:
     connection_retry: float = 0.25
     compaction_entries: int = 5000
     hold_elections: bool = False
+    min_free_disk_mb: int = 100
 
 
 def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
@@ -159,6 +190,8 @@ class SpurRaft(SyncObj):
         self._tick_thread: threading.Thread | None = None
         self._apply_listeners: list = []
         self._holding_elections = settings.hold_elections
+        self.disk = DiskGuard(os.path.dirname(settings.journal_file) or ".", settings.min_free_disk_mb)
+        self._last_tick_error = ("", 0.0)
         super().__init__(settings.self_addr, list(settings.other_addrs), conf=self._conf)
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
@@ -174,8 +207,11 @@ class SpurRaft(SyncObj):
         while not self._stopping.is_set():
             try:
                 self.doTick(period)
-            except Exception:  # a tick must never kill the thread silently
-                log.exception("raft tick failed")
+            except Exception as exc:  # a tick must never kill the thread silently, nor flood the log
+                text, when = self._last_tick_error
+                if str(exc) != text or time.monotonic() - when > 10:
+                    log.exception("raft tick failed (repeats of this error are logged every 10 s)")
+                    self._last_tick_error = (str(exc), time.monotonic())
                 time.sleep(period)
 
     def stop(self) -> None:
@@ -229,6 +265,7 @@ class SpurRaft(SyncObj):
                 raise StalledError(f"this controller stopped applying the log: {self._state.stalled['reason']}")
             enabled = self._state.wal_level
         wal.check_level(record, enabled)
+        self.disk.check()
         if self.leader_addr() is None and not self._conf.commandsWaitLeader:
             raise NoLeaderError("no leader")
         try:

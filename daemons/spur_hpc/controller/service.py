@@ -13,7 +13,7 @@ from typing import Any
 
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors, wal
-from spur_hpc.controller.raft import NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
+from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, per_node_cpus
 
 log = logging.getLogger("spurctld.service")
@@ -55,7 +55,7 @@ class ControllerService:
             raise errors.Unavailable(
                 f"{exc}; retry (a submission retried with the same key is not duplicated)"
             ) from None
-        except StalledError as exc:
+        except (StalledError, DiskFullError) as exc:
             raise errors.Unavailable(str(exc)) from None
         if result.get("ok"):
             return result
