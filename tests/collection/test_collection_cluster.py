@@ -128,6 +128,15 @@ def test_node_info_shows_the_agents_jobs(cluster, agent, tmp_path, playbook):
     assert running["job_id"] == job_id and running["attempt"] >= 1 and running["supervisor_pid"] > 0
 
 
+def test_grpc_calls_skip_a_dead_address(cluster, agent):
+    """Without a probe that answers, grpc_hosts are tried in turn: a dead one first costs nothing but a retry."""
+    follower = next(m for m in cluster.members if m is not cluster.wait_leader())
+    args = {"controllers": ["127.0.0.1:9"], "grpc_hosts": ["127.0.0.1:9", follower.grpc_addr], "timeout": 2}
+    info = run_module(spur_node_info, dict(args, names=[agent.name]))
+    assert "failed" not in info, info.get("msg")
+    assert info["nodes"][0]["registered"] is True
+
+
 # ------------------------------------------------------------------ spur_node
 
 

@@ -608,3 +608,16 @@ def test_release_refusals(tmp_path, monkeypatch):
     assert result["failed"] and "src" in result["msg"]  # state=current needs src
     result = run_module(spur_release_module, dict(src=str(a), prefix="relative/path"))
     assert result["failed"] and "absolute" in result["msg"]
+
+
+# ------------------------------------------------------------------ missing libraries
+
+
+def test_a_module_without_grpc_says_which_interpreter_to_use(fake_cluster, monkeypatch):
+    monkeypatch.setattr(spur_client, "GRPC_IMPORT_ERROR", "Traceback: No module named 'grpc'")
+    result = run_module(spur_node, node_args(fake_cluster))
+    assert result["failed"]
+    assert "grpcio and spur-hpc" in result["msg"] and "ansible_python_interpreter" in result["msg"]
+    assert result["exception"].startswith("Traceback")
+    # probe-only modules do not need it
+    assert "failed" not in run_module(spur_controller_info, conn(fake_cluster))

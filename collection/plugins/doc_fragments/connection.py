@@ -38,6 +38,7 @@ options:
     type: float
     default: 5.0
 requirements:
+  - Python 3.11 or later on the managed host.
   - Modules that call the gRPC API need C(grpcio) and C(spur-hpc) on the managed host's Python, for example
     the release's own interpreter C(/opt/spur/current/bin/python).
 notes:

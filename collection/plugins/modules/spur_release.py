@@ -56,6 +56,9 @@ attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
+    details:
+      - Check mode reads C(release.json) and the prefix's links; it does not verify the release's checksums, which
+        the real run does before changing anything.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
