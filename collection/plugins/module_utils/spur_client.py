@@ -18,6 +18,7 @@ import urllib.error
 import uuid
 
 from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import Request, make_context
 
 try:
@@ -191,7 +192,7 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
         raise SpurUnreachable("%s: %s" % (url, exc.reason)) from None
     except (socket.timeout, TimeoutError):
         raise SpurUnreachable("%s: no answer within %.1f s" % (url, timeout)) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UrlConnectionError) as exc:
         raise SpurUnreachable("%s: %s" % (url, exc)) from None
 
 
