@@ -94,7 +94,9 @@ def ansible_env(home: Path) -> dict[str, str]:
     return env
 
 
-def run_playbook(tmp_path: Path, tasks: list[dict[str, Any]], timeout: float = 300) -> dict[str, Any]:
+def run_playbook(
+    tmp_path: Path, tasks: list[dict[str, Any]], timeout: float = 300, module_defaults: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Run tasks on localhost with the real ansible-playbook; -> every registered result by its name."""
     results = tmp_path / "results.json"
     names = [t["register"] for t in tasks if "register" in t]
@@ -106,7 +108,11 @@ def run_playbook(tmp_path: Path, tasks: list[dict[str, Any]], timeout: float = 3
             "mode": "0644",
         },
     }
-    play = [{"name": "spur.cluster test", "hosts": "localhost", "gather_facts": False, "tasks": [*tasks, dump]}]
+    play: list[dict[str, Any]] = [
+        {"name": "spur.cluster test", "hosts": "localhost", "gather_facts": False, "tasks": [*tasks, dump]}
+    ]
+    if module_defaults:
+        play[0]["module_defaults"] = module_defaults
     playbook = tmp_path / "playbook.json"
     playbook.write_text(json.dumps(play))
     home = tmp_path / "ansible-home"

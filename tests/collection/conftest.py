@@ -8,5 +8,6 @@ from collection_helpers import run_playbook
 
 @pytest.fixture
 def playbook(tmp_path):
-    """playbook(tasks, timeout=300) runs tasks on localhost with ansible-playbook; -> the registered results."""
-    return lambda tasks, timeout=300: run_playbook(tmp_path, tasks, timeout)
+    """playbook(tasks, timeout=300, module_defaults=None) runs tasks on localhost with ansible-playbook;
+    -> the registered results."""
+    return lambda tasks, timeout=300, module_defaults=None: run_playbook(tmp_path, tasks, timeout, module_defaults)

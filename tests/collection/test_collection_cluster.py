@@ -185,14 +185,15 @@ def test_spur_node_drain_waits_for_a_running_job(cluster, agent, tmp_path, playb
 
 def test_spur_job_four_times_reads_the_output(cluster, agent, tmp_path, playbook):
     args = {
-        **connection(cluster),
         "name": "verify",
         "wrap": "echo hello-from-spur",
         "work_dir": str(tmp_path),
         "idempotency_key": "verify-1",
         "wait_timeout": 60,
     }
-    results = playbook(four_times("spur.cluster.spur_job", args, "job"))
+    # the connection options come from the action group, set once for the play
+    defaults = {"group/spur.cluster.spur": connection(cluster)}
+    results = playbook(four_times("spur.cluster.spur_job", args, "job"), module_defaults=defaults)
     runs = [results[f"job_{i}"] for i in range(4)]
     assert [r["changed"] for r in runs] == CHANGED
     assert runs[1]["state"] == "COMPLETED" and runs[1]["exit_code"] == 0 and runs[1]["nodes"] == [agent.name]
