@@ -26,7 +26,7 @@ def good_spec(**over) -> slurm_pb2.JobSpec:
         ({"nodes": -1}, "nodes=-1 is out of range"),
         ({"memory_mb": -1}, "is negative"),
         ({"work_dir": "relative/dir"}, "must be an absolute path"),
-        ({"user": ""}, "names no user"),
+        ({"cpus_per_task": -2}, "cpus_per_task=-2 is out of range"),
         ({"name": "x" * 5000}, "name is 5000 characters long"),
         ({"uid": -3}, "must not be negative"),
     ],
