@@ -7,9 +7,10 @@ import multiprocessing
 import time
 from datetime import UTC, datetime
 
-import pg
 import psycopg
 import pytest
+
+import pg
 from pg import Database, private_server
 from spur_hpc import conf
 from spur_hpc.accounting import (

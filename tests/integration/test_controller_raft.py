@@ -8,6 +8,7 @@ import uuid
 
 import grpc
 import pytest
+
 from harness import wait_until
 from spur_hpc.proto import slurm_pb2
 

@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from spur_hpc import conf
 from spur_hpc.accounting import (
     AccountingUnavailable,
