@@ -76,16 +76,21 @@ def test_level_gate_refuses_newer_op_until_level_raised():
     wal.check_level(hold, 2)
 
 
+def test_record_fields_cannot_shadow_the_records_own_op_and_level():
+    with pytest.raises(ValueError, match="cannot be fields"):
+        rec("set_wal_level", level=2)
+
+
 def test_set_wal_level_needs_every_member_to_read_it():
     s = new_cluster()
     for m in ("a:1", "b:1"):
         s.apply(rec("member_announce", raft_addr=m, grpc_addr="g", version="1", build="b", max_level=2))
     s.apply(rec("member_announce", raft_addr="c:1", grpc_addr="g", version="0", build="old", max_level=1))
-    refused = s.apply(rec("set_wal_level", level=2))
+    refused = s.apply(rec("set_wal_level", target=2))
     assert not refused["ok"] and "c:1" in refused["message"]
     s.apply(rec("member_announce", raft_addr="c:1", grpc_addr="g", version="1", build="b", max_level=2))
-    assert s.apply(rec("set_wal_level", level=2)) == {"ok": True, "level": 2, "changed": True}
-    assert not s.apply(rec("set_wal_level", level=1))["ok"], "the level never goes down"
+    assert s.apply(rec("set_wal_level", target=2)) == {"ok": True, "level": 2, "changed": True}
+    assert not s.apply(rec("set_wal_level", target=1))["ok"], "the level never goes down"
 
 
 def test_unknown_or_too_new_record_stalls_instead_of_skipping():

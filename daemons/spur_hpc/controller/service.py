@@ -86,7 +86,7 @@ class ControllerService:
             raise errors.InvalidArgument(f"WAL level {level} is not valid; levels start at 1")
         if level > wal.MAX_WAL_LEVEL:
             raise errors.InvalidArgument(f"WAL level {level} is above what this release reads ({wal.MAX_WAL_LEVEL})")
-        return self.write("set_wal_level", level=level)
+        return self.write("set_wal_level", target=level)
 
     # -------------------------------------------------------------- nodes
 

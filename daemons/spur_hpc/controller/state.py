@@ -121,7 +121,7 @@ class ClusterState:
         return ok(changed=changed)
 
     def _op_set_wal_level(self, r: dict[str, Any]) -> dict[str, Any]:
-        level = int(r["level"])
+        level = int(r["target"])
         if level < self.wal_level:
             return err("invalid", f"the WAL level only goes up (cluster runs {self.wal_level}, asked {level})")
         if level > wal.MAX_WAL_LEVEL:

@@ -47,6 +47,8 @@ class UnknownOpError(Exception):
 def make_record(op: str, **fields: Any) -> dict[str, Any]:
     if op not in OP_LEVELS:
         raise UnknownOpError(f"unknown WAL op {op!r}")
+    if "op" in fields or "level" in fields:
+        raise ValueError(f"{op}: 'op' and 'level' describe the record itself and cannot be fields")
     record = {"op": op, "level": OP_LEVELS[op]}
     record.update(fields)
     return record
