@@ -264,9 +264,5 @@ class FakeController:
         return slurm_pb2.CancelJobReply(job=job_to_pb(job), already_finished=result.get("already_finished", False))
 
     def _SetWalLevel(self, request):  # noqa: N802
-        # ControllerService.set_wal_level builds its record with level=<target>, which overwrites the record's
-        # own WAL level, so the leader refuses any raise; apply the state machine's rule directly instead.
-        result = self.raft.state._op_set_wal_level({"level": request.level})
-        if not result["ok"]:
-            raise spur_client.rpc_error("SetWalLevel", "fake", "FAILED_PRECONDITION", result["message"])
+        result = self.service.set_wal_level(request.level)
         return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])
