@@ -4,6 +4,7 @@
   spur jobs | queue          = squeue           spur show job ID | show node NAME   = scontrol show
   spur submit SCRIPT         = sbatch           spur cancel ID...                   = scancel
   spur history | acct        = sacct            spur cluster status
+  spur cluster deploy|upgrade|health|teardown -i INVENTORY [-e KEY=VALUE] [--check]   (the Ansible playbooks)
   spur version [--check]                        spur self-update | update
 Every listing takes -o json. --controller ADDRS (before the subcommand) overrides SPUR_CONTROLLER_ADDR.
 """
@@ -30,7 +31,7 @@ ALIASES: dict[str, tuple[str, str, list[str]]] = {
     "history": ("sacct", "main", []),
     "acct": ("sacct", "main", []),
     "node": ("nodecmd", "main", []),
-    "cluster": ("clusterstatus", "main", []),
+    "cluster": ("clustercmd", "main", []),
     "version": ("updatecmd", "version_main", []),
     "self-update": ("updatecmd", "self_update_main", []),
     "update": ("updatecmd", "self_update_main", []),
