@@ -621,3 +621,16 @@ def test_a_module_without_grpc_says_which_interpreter_to_use(fake_cluster, monke
     assert result["exception"].startswith("Traceback")
     # probe-only modules do not need it
     assert "failed" not in run_module(spur_controller_info, conn(fake_cluster))
+
+
+# ------------------------------------------------------------------ credentials
+
+
+def test_every_grpc_call_carries_a_credential(tmp_path):
+    rpc = spur_client.ControllerRpc(["127.0.0.1:9"], 1, auth_type="none")
+    ((key, value),) = rpc.credential()
+    assert key == "spur-auth" and value == f"none:{os.getuid()}:{os.getgid()}"
+    munge = spur_client.ControllerRpc(["127.0.0.1:9"], 1, auth_type="munge", munge_socket=str(tmp_path / "no.sock"))
+    with pytest.raises(spur_client.SpurRefused) as info:
+        munge.credential()
+    assert "MUNGE credential" in info.value.message and info.value.override == "auth_type"

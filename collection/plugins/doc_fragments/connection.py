@@ -37,6 +37,20 @@ options:
       - Seconds to wait for one probe request or one gRPC call.
     type: float
     default: 5.0
+  auth_type:
+    description:
+      - How gRPC calls prove who is asking (the controllers' C([auth] type)).
+      - V(munge) sends a credential from the host's C(munged), which vouches for the user the module runs as;
+        changing nodes and the WAL level needs root or a user in C([auth] admins).
+      - V(none) sends a bare claim of the module's uid, which only a C(type = none) cluster (a local demo) accepts.
+      - V(auto) uses MUNGE when O(munge_socket) exists, else a bare claim.
+    type: str
+    choices: [auto, munge, none]
+    default: auto
+  munge_socket:
+    description:
+      - The C(munged) socket. Defaults to C($SPUR_MUNGE_SOCKET), else C(/run/munge/munge.socket.2).
+    type: path
 requirements:
   - Python 3.11 or later on the managed host.
   - Modules that call the gRPC API need C(grpcio) and C(spur-hpc) on the managed host's Python, for example

@@ -32,6 +32,11 @@ except ImportError:
 else:
     GRPC_IMPORT_ERROR = None
 
+try:
+    from spur_hpc import auth as spur_auth
+except ImportError:
+    spur_auth = None  # a release from before authentication: its controllers ask for no credential
+
 PROBE_PORT = 6822
 AGENT_PROBE_PORT = 6823
 GRPC_PORT = 6817
@@ -106,6 +111,8 @@ def connection_argument_spec() -> dict:
         controller_names=dict(type="list", elements="str"),
         grpc_hosts=dict(type="list", elements="str"),
         timeout=dict(type="float", default=5.0),
+        auth_type=dict(type="str", choices=["auto", "munge", "none"], default="auto"),
+        munge_socket=dict(type="path"),
     )
 
 
@@ -399,14 +406,26 @@ class ControllerRpc:
     takes about a second); they are idempotent (drain, resume, set level) or carry an idempotency key.
     """
 
-    def __init__(self, addresses: list[str], timeout: float) -> None:
+    def __init__(self, addresses: list[str], timeout: float, auth_type: str = "auto",
+                 munge_socket: str | None = None) -> None:
         require_grpc()
         if not addresses:
             raise SpurUnreachable("no controller gRPC address is known: no probe answered with one and "
                                   "grpc_hosts is empty", override="grpc_hosts")
         self.addresses = list(dict.fromkeys(with_port(a, GRPC_PORT) for a in addresses))
         self.timeout = timeout
+        self.auth_type = None if auth_type == "auto" else auth_type
+        self.munge_socket = munge_socket
         self.channels: dict = {}
+
+    def credential(self) -> tuple:
+        """Metadata for one call: a MUNGE credential is good for one request only, so each call gets its own."""
+        if spur_auth is None:
+            return ()
+        try:
+            return spur_auth.client_metadata(self.auth_type, self.munge_socket)
+        except spur_auth.AuthError as exc:
+            raise SpurRefused("cannot get a MUNGE credential on this host: %s" % exc, override="auth_type") from None
 
     def close(self) -> None:
         for channel in self.channels.values():
@@ -430,7 +449,8 @@ class ControllerRpc:
                     continue
                 tried.add(address)
                 try:
-                    return getattr(self._stub(address), method)(request, timeout=self.timeout)
+                    return getattr(self._stub(address), method)(request, timeout=self.timeout,
+                                                                metadata=self.credential())
                 except grpc.RpcError as exc:
                     code = exc.code().name if exc.code() is not None else "UNKNOWN"
                     details = exc.details() or code
@@ -464,6 +484,10 @@ def rpc_error(method: str, address: str, code: str, details: str) -> SpurError:
         return SpurInvalid(text)
     if code == "FAILED_PRECONDITION":
         return SpurRefused(text)
+    if code == "UNAUTHENTICATED":
+        return SpurRefused(text, override="auth_type")
+    if code == "PERMISSION_DENIED":
+        return SpurRefused(text + "; run the task as root or a user in [auth] admins (become: true)")
     return SpurError(text + " (%s)" % code)
 
 
@@ -503,7 +527,8 @@ class SpurConnection:
     def rpc(self) -> ControllerRpc:
         if self._rpc is None:
             require_grpc()
-            self._rpc = ControllerRpc(grpc_addresses(self.params, self.view()), self.timeout)
+            self._rpc = ControllerRpc(grpc_addresses(self.params, self.view()), self.timeout,
+                                      self.params.get("auth_type") or "auto", self.params.get("munge_socket"))
         return self._rpc
 
     def close(self) -> None:
