@@ -17,6 +17,7 @@ setup: $(STAMP)
 lint: setup
 	$(BIN)/ruff check daemons tests tools bench
 	$(BIN)/python tools/gen_protos.py --check
+	$(BIN)/python tools/gen_module_docs.py --check
 
 test: setup lint
 	$(BIN)/python -m pytest -q tests
