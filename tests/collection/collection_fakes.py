@@ -17,10 +17,11 @@ from typing import Any
 from ansible_collections.spur.cluster.plugins.module_utils import spur_client
 
 from spur_hpc.controller import errors, wal
-from spur_hpc.controller.grpc_api import job_to_pb, node_to_pb, spec_from_pb
+from spur_hpc.controller.grpc_api import job_to_pb, node_to_pb
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.state import ClusterState
 from spur_hpc.proto import slurm_pb2
+from spur_hpc.protoconv import spec_from_pb
 
 # ------------------------------------------------------------------ HTTP probes
 

@@ -120,7 +120,7 @@ def test_restart_readopts_running_and_reports_finished(make_agent, tmp_path: Pat
     """A new table on the same state dir is a restarted spurd: same supervisors, true exit codes."""
     node = unique_node()
     first = make_agent(node)
-    running = first.stub.LaunchJob(launch_request(11, "sleep 1.5\nexit 7\n", tmp_path), timeout=10)
+    running = first.stub.LaunchJob(launch_request(11, "sleep 4\nexit 7\n", tmp_path), timeout=10)
     first.stub.LaunchJob(launch_request(12, "exit 3\n", tmp_path), timeout=10)
     old = first.stub.LaunchJob(launch_request(13, "sleep 300\n", tmp_path, attempt=1), timeout=10)
     first.close()  # spurd stops; its supervisors do not

@@ -11,32 +11,16 @@ import grpc
 from spur_hpc import buildinfo
 from spur_hpc.agent.supervisors import LaunchError, SupervisorTable
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+from spur_hpc.protoconv import spec_from_pb
 from spur_hpc.stepd.jobspec import InvalidJob
 
 log = logging.getLogger("spurd.grpc")
 
-SPEC_FIELDS = (
-    "name",
-    "user",
-    "uid",
-    "gid",
-    "work_dir",
-    "stdout_path",
-    "stderr_path",
-    "nodes",
-    "tasks",
-    "cpus_per_task",
-    "memory_mb",
-    "time_limit_secs",
-    "partition",
-    "account",
-)
-
 
 def spec_to_dict(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
     """The launch record's spec: every JobSpec field but the script (stored in a file of its own)."""
-    out: dict[str, Any] = {f: getattr(spec, f) for f in SPEC_FIELDS}
-    out["environment"] = dict(spec.environment)
+    out = spec_from_pb(spec)
+    del out["script"]
     return out
 
 

@@ -13,6 +13,7 @@ from spur_hpc import buildinfo, grpcutil
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
+from spur_hpc.protoconv import spec_from_pb, spec_to_pb
 
 log = logging.getLogger("spurctld.grpc")
 
@@ -56,38 +57,11 @@ def rpc(method: Callable) -> Callable:
 _JOB_STATES = {name: slurm_pb2.JobState.Value(name) for name in slurm_pb2.JobState.keys()}
 _NODE_STATES = {name: slurm_pb2.NodeState.Value(name) for name in slurm_pb2.NodeState.keys()}
 
-SPEC_FIELDS = (
-    "name",
-    "script",
-    "user",
-    "uid",
-    "gid",
-    "work_dir",
-    "stdout_path",
-    "stderr_path",
-    "nodes",
-    "tasks",
-    "cpus_per_task",
-    "memory_mb",
-    "time_limit_secs",
-    "partition",
-    "account",
-)
-
-
-def spec_from_pb(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
-    out = {f: getattr(spec, f) for f in SPEC_FIELDS}
-    out["environment"] = dict(spec.environment)
-    return out
-
 
 def job_to_pb(job: dict[str, Any]) -> slurm_pb2.Job:
-    spec = job["spec"]
-    pb_spec = slurm_pb2.JobSpec(**{f: spec[f] for f in SPEC_FIELDS if f in spec})
-    pb_spec.environment.update(spec.get("environment") or {})
     return slurm_pb2.Job(
         job_id=job["job_id"],
-        spec=pb_spec,
+        spec=spec_to_pb(job["spec"]),
         state=_JOB_STATES[job["state"]],
         reason=job.get("reason", ""),
         exit_code=job["exit_code"],

@@ -1,0 +1,37 @@
+"""JobSpec protobuf <-> plain dict, shared by the controller (replicated records) and the agent (launch records)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spur_hpc.proto import slurm_pb2
+
+JOB_SPEC_FIELDS = (
+    "name",
+    "script",
+    "user",
+    "uid",
+    "gid",
+    "work_dir",
+    "stdout_path",
+    "stderr_path",
+    "nodes",
+    "tasks",
+    "cpus_per_task",
+    "memory_mb",
+    "time_limit_secs",
+    "partition",
+    "account",
+)
+
+
+def spec_from_pb(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {f: getattr(spec, f) for f in JOB_SPEC_FIELDS}
+    out["environment"] = dict(spec.environment)
+    return out
+
+
+def spec_to_pb(spec: dict[str, Any]) -> slurm_pb2.JobSpec:
+    pb_spec = slurm_pb2.JobSpec(**{f: spec[f] for f in JOB_SPEC_FIELDS if f in spec})
+    pb_spec.environment.update(spec.get("environment") or {})
+    return pb_spec
