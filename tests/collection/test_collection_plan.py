@@ -134,6 +134,19 @@ def test_agents_busy_unreachable_unknown_and_skipped_are_listed():
     assert plan["unknown"] == ["n4"]
 
 
+def test_same_build_under_another_version_is_not_at_target():
+    # One tree released as 0.1.0 and 0.2.0 has one build: only the version tells the releases apart.
+    agents = [dict(agent("n1", "b1"), version="0.1.0"), dict(agent("n2", "b1"), version="0.2.0")]
+    plan = plan_agents(agents, "b1", 1, False, target_version="0.2.0")
+    assert plan["at_target"] == ["n2"]
+    assert plan["batches"] == [["n1"]]
+    assert plan_agents(agents, "b1")["at_target"] == ["n1", "n2"]  # without a version, the build decides
+    controllers = [dict(ctl("a", "b1", leader=True), version="0.1.0"), dict(ctl("b", "b1"), version="0.2.0")]
+    plan = plan_controllers(controllers, "b1", target_version="0.2.0")
+    assert plan["upgrade"] == ["a"]
+    assert plan["at_target"] == ["b"]
+
+
 @pytest.mark.parametrize("agents, batch, needle", [(FIVE, 0, "batch_size"), (FIVE + FIVE[:1], 1, "n1")])
 def test_agent_plan_refuses_bad_input(agents, batch, needle):
     with pytest.raises(SpurInvalid) as info:

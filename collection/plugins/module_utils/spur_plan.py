@@ -53,13 +53,26 @@ def order_controllers(names: list[str], leaders: list[str], explicit: list[str] 
     )
 
 
-def plan_controllers(controllers: list[dict], target_build: str, explicit: list[str] | None = None) -> dict:
-    """controllers: [{name, reachable, is_leader, build}] in inventory order."""
+def at_target(host: dict, target_build: str, target_version: str | None = None) -> bool:
+    """Whether a host runs the target release: its build, and its version too when one is given.
+
+    The build is a hash of the source, so one tree released under two versions has one build; the version
+    tells those releases apart.
+    """
+    if host.get("build") != target_build:
+        return False
+    return not target_version or host.get("version") == target_version
+
+
+def plan_controllers(controllers: list[dict], target_build: str, explicit: list[str] | None = None,
+                     target_version: str | None = None) -> dict:
+    """controllers: [{name, reachable, is_leader, build, version}] in inventory order."""
     names = [c["name"] for c in controllers]
     leaders = [c["name"] for c in controllers if c.get("reachable") and c.get("is_leader")]
     ordered = order_controllers(names, leaders, explicit)
     by_name = {c["name"]: c for c in controllers}
-    current = [n for n in ordered["order"] if by_name[n].get("reachable") and by_name[n].get("build") == target_build]
+    current = [n for n in ordered["order"]
+               if by_name[n].get("reachable") and at_target(by_name[n], target_build, target_version)]
     return dict(
         order=ordered["order"],
         order_source=ordered["source"],
@@ -74,10 +87,11 @@ def plan_controllers(controllers: list[dict], target_build: str, explicit: list[
 # ---------------------------------------------------------------------------------------------- agents
 
 
-def plan_agents(agents: list[dict], target_build: str, batch_size: int = 1, canary: bool = False) -> dict:
-    """agents: [{name, build, busy, reachable, known}] in inventory order -> batches of names to upgrade.
+def plan_agents(agents: list[dict], target_build: str, batch_size: int = 1, canary: bool = False,
+                target_version: str | None = None) -> dict:
+    """agents: [{name, build, version, busy, reachable, known}] in inventory order -> batches of names to upgrade.
 
-    An agent already at the target build is skipped. With canary, the first batch holds one agent, so a bad
+    An agent already at the target (build, and version when given) is skipped. With canary, the first batch holds one agent, so a bad
     build stops after one node. Busy and unreachable agents stay in their batch; they are listed so the
     play can apply its busy-agent mode and its unreachable policy.
     """
@@ -88,8 +102,8 @@ def plan_agents(agents: list[dict], target_build: str, batch_size: int = 1, cana
     if repeated:
         raise SpurInvalid("agents names %s more than once; list each agent once" % ", ".join(repeated),
                           override="agents")
-    at_target = [a["name"] for a in agents if a.get("build") == target_build]
-    todo = [a["name"] for a in agents if a["name"] not in at_target]
+    current = [a["name"] for a in agents if at_target(a, target_build, target_version)]
+    todo = [a["name"] for a in agents if a["name"] not in current]
     batches = []
     rest = todo
     if canary and todo:
@@ -99,7 +113,7 @@ def plan_agents(agents: list[dict], target_build: str, batch_size: int = 1, cana
     return dict(
         batches=batches,
         upgrade=todo,
-        at_target=at_target,
+        at_target=current,
         busy=[a["name"] for a in agents if a.get("busy") and a["name"] in todo],
         unreachable=[a["name"] for a in agents if a.get("reachable") is False],
         unknown=[a["name"] for a in agents if a.get("known") is False],

@@ -38,20 +38,23 @@ class UpgradePlan:
     def run(self) -> dict:
         params = self.params
         target = params["target_build"]
+        version = params.get("target_version")
         try:
             view = self.connection.view()
             controllers = plan_controllers(
-                [dict(name=c["name"], reachable=c["reachable"], is_leader=c["is_leader"], build=c.get("build"))
+                [dict(name=c["name"], reachable=c["reachable"], is_leader=c["is_leader"], build=c.get("build"),
+                      version=c.get("version"))
                  for c in view.controllers],
-                target, params.get("order"))
+                target, params.get("order"), version)
             self.warnings.extend(controllers.pop("warnings"))
             observed = self.observe_agents()
         finally:
             self.connection.close()
-        agents = plan_agents(observed, target, params["batch_size"], params["canary"])
+        agents = plan_agents(observed, target, params["batch_size"], params["canary"], version)
         result = dict(
             changed=False,
             target_build=target,
+            target_version=version,
             controllers=controllers,
             agents=agents,
             agent_observations=observed,

@@ -19,8 +19,8 @@ description:
   - When no controller or more than one answers as leader, the plan warns and falls back to the order of
     O(controllers).
   - Agents go in batches of O(batch_size), after an optional canary batch of one.
-  - Hosts that already run O(target_build) are left out; busy and unreachable agents are listed so the play
-    can apply its policy to them.
+  - Hosts that already run O(target_build) (and O(target_version), when given) are left out; busy and
+    unreachable agents are listed so the play can apply its policy to them.
 author:
   - Spur contributors (!UNKNOWN)
 options:
@@ -29,6 +29,13 @@ options:
       - The build (content hash) being rolled out, as RV(spur.cluster.spur_release#module:build) returns it.
     type: str
     required: true
+  target_version:
+    description:
+      - The version being rolled out, as RV(spur.cluster.spur_release#module:version) returns it.
+      - When given, a host counts as at the target only when it runs this version as well as O(target_build).
+        The build is a hash of the source, so one tree released under two versions has a single build; only the
+        version tells those two releases apart.
+    type: str
   order:
     description:
       - The controllers' upgrade order by name (see O(controller_names)), instead of leader-last.
@@ -92,6 +99,7 @@ EXAMPLES = r"""
     controllers: "{{ groups['spur_controllers'] | map('extract', hostvars, 'spur_probe_addr') | list }}"
     controller_names: "{{ groups['spur_controllers'] }}"
     target_build: "{{ __spur_release.build }}"
+    target_version: "{{ __spur_release.version }}"
     agents: "{{ __spur_agents }}"
     batch_size: 2
     canary: true
@@ -122,6 +130,10 @@ target_build:
   description: The build planned for.
   returned: always
   type: str
+target_version:
+  description: The version planned for (null when O(target_version) was not given).
+  returned: success
+  type: str
 controllers:
   description: The controllers' part of the plan.
   returned: success
@@ -141,11 +153,11 @@ controllers:
       type: str
       sample: ctl-1
     upgrade:
-      description: The controllers to upgrade, in order (RV(controllers.order) less those at the target build).
+      description: The controllers to upgrade, in order (RV(controllers.order) less those at the target release).
       type: list
       elements: str
     at_target:
-      description: Controllers that already run the target build.
+      description: Controllers that already run the target release (build, and version when given).
       type: list
       elements: str
     unreachable:
@@ -167,7 +179,7 @@ agents:
       type: list
       elements: str
     at_target:
-      description: Agents that already run the target build.
+      description: Agents that already run the target release (build, and version when given).
       type: list
       elements: str
     busy:
@@ -206,6 +218,7 @@ def argument_spec() -> dict:
     spec = connection_argument_spec()
     spec.update(
         target_build=dict(type="str", required=True),
+        target_version=dict(type="str"),
         order=dict(type="list", elements="str"),
         agents=dict(
             type="list",
