@@ -1,0 +1,147 @@
+"""The spur.cluster Molecule scenarios, run the way a user runs them: `molecule test -s NAME`.
+
+- local (tier 1): inventory/local.yml, three controllers and three agents as host aliases on 127.0.x.N with
+  supervisord; no root needed.
+- systemd (tier 2): six systemd-nspawn hosts in network namespaces with real systemd, including the crash
+  and reboot of the leader's host; needs root (tools/testhosts/testhosts.py).
+
+Each scenario deploys with spur.cluster.deploy, runs it again and requires zero changes, checks the cluster
+with the info modules (one leader, every node IDLE, a job COMPLETED) and destroys everything. Molecule runs
+with a scratch HOME and ANSIBLE_HOME, and a collection path where ansible_collections/spur/cluster is this
+checkout's collection/. The release both scenarios install is built once per session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SCENARIO_TIMEOUT_SECS = 900
+# The phases' run times as profile_tasks prints them at the end of each playbook.
+PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executing")
+TOTAL_LINE = re.compile(r"\(\d+:\d\d:\d\d\.\d+\)\s+(?P<total>\d+:\d\d:\d\d\.\d+) \*+$")
+
+pytestmark = pytest.mark.slow
+
+
+def require_tools() -> None:
+    """Molecule and the collections the scenarios use must be installed; say how when they are not."""
+    missing = [tool for tool in ("molecule", "ansible-playbook", "spur-release") if not (VENV_BIN / tool).exists()]
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ansible_collections.community.general, ansible_collections.community.docker"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        missing.append("the community.general and community.docker collections")
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing from {VENV_BIN.parent}; install them with "
+            f"{VENV_BIN / 'pip'} install 'ansible>=12,<13' molecule molecule-plugins",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One release for every scenario of the session (spur-release build, as an administrator does)."""
+    require_tools()
+    out = tmp_path_factory.mktemp("molecule-release") / "release"
+    subprocess.run(
+        [str(VENV_BIN / "spur-release"), "build", "--version", "0.1.0", "--source", str(REPO), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+@pytest.fixture
+def molecule_env(tmp_path: Path, release: Path):
+    """Environment for one `molecule test`: scratch HOME, the collection path, short host paths."""
+    collections = tmp_path / "collections" / "ansible_collections" / "spur"
+    collections.mkdir(parents=True)
+    (collections / "cluster").symlink_to(REPO / "collection")
+    home = tmp_path / "home"
+    home.mkdir()
+    # Unix sockets live under each host's tree (supervisord's, one per running job): keep that path short.
+    short = Path(f"/tmp/spm-{secrets.token_hex(3)}")
+    short.mkdir()
+    env = dict(os.environ)
+    env.update(
+        HOME=str(home),
+        ANSIBLE_HOME=str(home / ".ansible"),
+        ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
+        ANSIBLE_FORCE_COLOR="0",
+        PY_COLORS="0",
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        SPUR_RELEASE_SRC=str(release),
+        SPUR_LOCAL_ROOT=str(short / "h"),
+        # A loopback block of this run's own, clear of the demo (127.0.1.x) and of leftovers of other runs.
+        SPUR_LOCAL_NET=f"127.0.{2 + os.getpid() % 200}",
+        SPUR_TESTHOSTS_DIR=str(short / "t"),
+        SPUR_TESTHOSTS_PREFIX=f"sp{secrets.token_hex(2)}",
+    )
+    env.pop("ANSIBLE_CONFIG", None)
+    yield env
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def phase_times(output: str) -> dict[str, str]:
+    """{phase: total run time} from Molecule's output, for the report (converge is the deploy)."""
+    times, phase = {}, None
+    for line in output.splitlines():
+        started = PHASE_LINE.search(line)
+        if started:
+            phase = started.group("phase")
+            continue
+        total = TOTAL_LINE.search(line)
+        if total and phase:
+            times[phase] = total.group("total")
+    return times
+
+
+def run_scenario(name: str, env: dict[str, str], tmp_path: Path) -> str:
+    log = tmp_path / f"molecule-{name}.log"
+    started = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [str(VENV_BIN / "molecule"), "test", "--scenario-name", name],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=SCENARIO_TIMEOUT_SECS,
+            check=False,
+        )
+    output = log.read_text(errors="replace")
+    if done.returncode != 0:
+        tail = "\n".join(output.splitlines()[-150:])
+        pytest.fail(f"molecule test -s {name} exited {done.returncode} (full log: {log})\n{tail}", pytrace=False)
+    times = phase_times(output)
+    print(f"\nmolecule {name}: {time.monotonic() - started:.0f} s in all; phases {times}")
+    return output
+
+
+def test_local_scenario_deploys_converges_and_runs_a_job(molecule_env, tmp_path: Path) -> None:
+    output = run_scenario("local", molecule_env, tmp_path)
+    assert "Idempotence completed successfully" in output or "[local > idempotence] Executed: Successful" in output
+    assert "ended COMPLETED (exit 0)" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tier 2 boots systemd-nspawn hosts in network namespaces: needs root")
+def test_systemd_scenario_survives_the_crash_of_the_leaders_host(molecule_env, tmp_path: Path) -> None:
+    output = run_scenario("systemd", molecule_env, tmp_path)
+    assert "[systemd > idempotence] Executed: Successful" in output
+    assert "Kill -9 the PID 1 of the leader's host" in output
+    assert "Wait for the rebooted controller to rejoin" in output

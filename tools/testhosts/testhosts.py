@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""Test hosts for Molecule's tier 2: systemd-nspawn machines (real systemd as PID 1) in network namespaces.
+
+    testhosts.py --dir DIR create NAME=IP [NAME=IP ...]   boot one machine per NAME, reachable at IP
+    testhosts.py --dir DIR crash NAME                     kill -9 the machine's PID 1 (a host crash)
+    testhosts.py --dir DIR boot NAME                      boot it again on the same disk (a reboot)
+    testhosts.py --dir DIR partition NAME | heal NAME     cut its network link / plug it back
+    testhosts.py --dir DIR status                         what runs, as JSON
+    testhosts.py --dir DIR destroy                        stop everything and remove every trace
+
+Each machine's root is an overlay: the lower layer is this machine's own "/" (read-only), the upper layer a
+directory of its own on a tmpfs, so a machine starts with every package this machine has and writes only
+to its own upper layer; a crash and boot keeps that layer, like a disk. Each machine lives in a network
+namespace of its own, linked by a veth pair to one bridge inside a "switch" namespace. The addresses exist
+only inside those namespaces: nothing is routed to or from this machine's network.
+
+Ansible reaches a machine with the community.docker.nsenter connection and ansible_nsenter_pid set to the
+machine's PID 1, which DIR/NAME.pid holds (rewritten by every boot).
+
+Needs root, iproute2 and systemd-nspawn (Debian: systemd-container, installed here when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BOOT_TIMEOUT_SECS = 60.0
+# This machine's own services, enabled in its image, that a test host must not start: they would only
+# cost boot time and memory (Debian's PostgreSQL cluster, munge, timers, consoles).
+WANTS_DIRS = ("multi-user.target.wants", "timers.target.wants", "getty.target.wants", "sysinit.target.wants")
+ALWAYS_MASKED = ("console-getty.service", "getty@tty1.service", "systemd-timesyncd.service", "postgresql.service")
+KEEP = ("machines.target", "remote-fs.target")
+# Interface names are at most 15 bytes; each host gets "<prefix>h<index>" and "<prefix>s<index>".
+MAX_PREFIX = 6
+
+
+class TestHostError(Exception):
+    """One line that says what failed and what to do."""
+
+
+def run(*argv: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise TestHostError(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    if not quiet and done.returncode != 0:
+        print(f"testhosts: {' '.join(argv)}: {done.stderr.strip()}", file=sys.stderr)
+    return done
+
+
+def ensure_tools() -> None:
+    if os.geteuid() != 0:
+        raise TestHostError("test hosts need root (network namespaces, mounts, systemd-nspawn); run as root")
+    if shutil.which("ip") is None:
+        raise TestHostError("the ip command is missing; apt-get install iproute2")
+    if shutil.which("systemd-nspawn") is None:
+        # The one package this tool needs beyond a Debian base system; CI installs it too.
+        print("testhosts: installing systemd-container (systemd-nspawn)", file=sys.stderr)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "systemd-container"]):
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise TestHostError(f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}")
+        if shutil.which("systemd-nspawn") is None:
+            raise TestHostError("systemd-nspawn is still missing after installing systemd-container")
+
+
+class Lab:
+    """The machines of one state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir.absolute()
+        self.file = self.dir / "hosts.json"
+        self.data = json.loads(self.file.read_text()) if self.file.exists() else {}
+
+    def save(self) -> None:
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.file)
+
+    @property
+    def hosts(self) -> dict:
+        return self.data.setdefault("hosts", {})
+
+    # ------------------------------------------------------------------------------------------ create
+
+    def create(self, specs: list[str], prefix: str, tmpfs_size: str) -> None:
+        ensure_tools()
+        if self.hosts:
+            raise TestHostError(f"{self.dir} already holds hosts {', '.join(self.hosts)}; destroy them first")
+        if not 0 < len(prefix) <= MAX_PREFIX or not prefix.isalnum():
+            raise TestHostError(f"prefix {prefix!r} must be 1 to {MAX_PREFIX} letters or digits")
+        wanted = []
+        for spec in specs:
+            name, _, ip = spec.partition("=")
+            try:
+                ipaddress.IPv4Address(ip)
+            except ValueError:
+                raise TestHostError(f"{spec!r}: expected NAME=IPv4, like ctl-0=10.213.0.1") from None
+            wanted.append((name, ip))
+        names = [n for n, _ in wanted]
+        if len(set(names)) != len(names) or not names:
+            raise TestHostError(f"host names must be given and unique: {', '.join(names)}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        disks = self.dir / "disks"
+        disks.mkdir(exist_ok=True)
+        # The upper layers sit on a file system of their own: overlayfs refuses an upper layer inside "/".
+        run("mount", "-t", "tmpfs", "-o", f"size={tmpfs_size},mode=0700", "spur-testhosts", str(disks))
+        self.data.update(prefix=prefix, disks=str(disks), switch=f"{prefix}-sw", hosts={})
+        self.save()
+        switch = self.data["switch"]
+        run("ip", "netns", "add", switch)
+        run("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        run("ip", "-n", switch, "link", "set", "br0", "up")
+        for index, (name, ip) in enumerate(wanted):
+            self.hosts[name] = dict(index=index, ip=ip, netns=f"{prefix}-{name}", root=str(disks / name / "root"))
+            self.save()
+            self.make_disk(name, wanted)
+            self.make_network(name)
+        for name in names:
+            self.boot(name, wait=False)
+        for name in names:
+            self.wait_booted(name)
+
+    def make_disk(self, name: str, wanted: list[tuple[str, str]]) -> None:
+        base = Path(self.data["disks"]) / name
+        for part in ("upper", "work", "root"):
+            (base / part).mkdir(parents=True, exist_ok=True)
+        upper = base / "upper"
+        # What makes this host itself: its name, the other hosts' addresses, a machine id of its own, and
+        # this machine's extra services masked.
+        (upper / "etc" / "systemd" / "system").mkdir(parents=True, exist_ok=True)
+        (upper / "etc" / "hostname").write_text(name + "\n")
+        hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts += [f"{ip} {host}" for host, ip in wanted]
+        (upper / "etc" / "hosts").write_text("\n".join(hosts) + "\n")
+        (upper / "etc" / "machine-id").write_text(secrets.token_hex(16) + "\n")
+        units = set(ALWAYS_MASKED)
+        for wants in WANTS_DIRS:
+            directory = Path("/etc/systemd/system") / wants
+            if directory.is_dir():
+                units.update(u.name for u in directory.iterdir() if u.name not in KEEP)
+        for unit in sorted(units):
+            link = upper / "etc" / "systemd" / "system" / unit
+            if not link.is_symlink():
+                link.symlink_to("/dev/null")
+        (upper / "etc" / "systemd" / "system" / "default.target").unlink(missing_ok=True)
+        (upper / "etc" / "systemd" / "system" / "default.target").symlink_to("/lib/systemd/system/multi-user.target")
+        self.mount_root(name)
+
+    def mount_root(self, name: str) -> None:
+        base = Path(self.data["disks"]) / name
+        root = base / "root"
+        if os.path.ismount(root):
+            return
+        options = f"lowerdir=/,upperdir={base / 'upper'},workdir={base / 'work'}"
+        run("mount", "-t", "overlay", "overlay", "-o", options, str(root))
+
+    def make_network(self, name: str) -> None:
+        host = self.hosts[name]
+        prefix, switch, netns = self.data["prefix"], self.data["switch"], host["netns"]
+        inside, outside = f"{prefix}h{host['index']}", f"{prefix}s{host['index']}"
+        run("ip", "netns", "add", netns)
+        run("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+        run("ip", "link", "set", inside, "netns", netns)
+        run("ip", "link", "set", outside, "netns", switch)
+        run("ip", "-n", netns, "link", "set", inside, "name", "eth0")
+        run("ip", "-n", netns, "addr", "add", f"{host['ip']}/24", "dev", "eth0")
+        run("ip", "-n", netns, "link", "set", "eth0", "up")
+        run("ip", "-n", netns, "link", "set", "lo", "up")
+        run("ip", "-n", switch, "link", "set", outside, "master", "br0", "up")
+        host["switch_port"] = outside
+        self.save()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def boot(self, name: str, wait: bool = True) -> None:
+        host = self.host(name)
+        if self.pid1(name):
+            raise TestHostError(f"{name} runs already (PID 1 is {self.pid1(name)}); crash it first")
+        self.mount_root(name)
+        log = open(self.dir / f"{name}.log", "ab")
+        argv = [
+            "systemd-nspawn", "--register=no", "--keep-unit", "--quiet", "--console=passive",
+            "-D", host["root"], "-M", name, f"--network-namespace-path=/run/netns/{host['netns']}",
+            # The overlay's lower layer is this machine's "/", /tmp included: give each host a /tmp of its own.
+            "--tmpfs=/tmp", "-b",
+        ]  # fmt: skip
+        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        host["nspawn_pid"] = nspawn.pid
+        host["pid1"] = self.find_pid1(nspawn.pid, name)
+        self.save()
+        (self.dir / f"{name}.pid").write_text(f"{host['pid1']}\n")
+        if wait:
+            self.wait_booted(name)
+
+    def find_pid1(self, nspawn_pid: int, name: str) -> int:
+        """The container's init: the descendant of systemd-nspawn that is PID 1 in its own namespace."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for pid in descendants(nspawn_pid):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+                if len(nspid) > 1 and nspid[-1] == "1":
+                    return pid
+            time.sleep(0.05)
+        raise TestHostError(f"{name}: systemd-nspawn started no PID 1 within 10 s; see {self.dir / (name + '.log')}")
+
+    def wait_booted(self, name: str) -> None:
+        pid = self.host(name)["pid1"]
+        deadline = time.monotonic() + BOOT_TIMEOUT_SECS
+        state = ""
+        while time.monotonic() < deadline:
+            done = subprocess.run(
+                ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "systemctl", "is-system-running"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            state = done.stdout.strip()
+            if state in ("running", "degraded"):
+                return
+            time.sleep(0.1)
+        raise TestHostError(f"{name} did not finish booting within {BOOT_TIMEOUT_SECS:.0f} s (state {state!r})")
+
+    def crash(self, name: str) -> None:
+        host = self.host(name)
+        pid = self.pid1(name)
+        if not pid:
+            raise TestHostError(f"{name} is not running")
+        os.kill(pid, signal.SIGKILL)
+        self.wait_gone(host)
+        host["pid1"] = None
+        self.save()
+
+    def wait_gone(self, host: dict) -> None:
+        nspawn = host.get("nspawn_pid")
+        deadline = time.monotonic() + 10
+        while nspawn and time.monotonic() < deadline and alive(nspawn):
+            reap(nspawn)
+            time.sleep(0.05)
+
+    def set_link(self, name: str, state: str) -> None:
+        host = self.host(name)
+        run("ip", "-n", self.data["switch"], "link", "set", host["switch_port"], state)
+
+    # ------------------------------------------------------------------------------------------ destroy
+
+    def destroy(self) -> None:
+        for name, host in self.hosts.items():
+            pid = self.pid1(name)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+            self.wait_gone(host)
+        for name, host in self.hosts.items():
+            root = host.get("root")
+            if root and os.path.ismount(root):
+                run("umount", "-l", root, check=False)
+            run("ip", "netns", "del", host["netns"], check=False, quiet=True)
+        if self.data.get("switch"):
+            run("ip", "netns", "del", self.data["switch"], check=False, quiet=True)
+        disks = self.data.get("disks")
+        if disks and os.path.ismount(disks):
+            run("umount", "-l", disks, check=False)
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def host(self, name: str) -> dict:
+        if name not in self.hosts:
+            raise TestHostError(f"no host {name!r} in {self.dir} (hosts: {', '.join(self.hosts) or 'none'})")
+        return self.hosts[name]
+
+    def pid1(self, name: str) -> int | None:
+        pid = self.host(name).get("pid1")
+        return pid if pid and alive(pid) else None
+
+    def status(self) -> dict:
+        return {name: dict(ip=h["ip"], pid1=self.pid1(name), netns=h["netns"]) for name, h in self.hosts.items()}
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                found.extend(int(c) for c in children)
+                todo.extend(int(c) for c in children)
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=os.environ.get("SPUR_TESTHOSTS_DIR"),
+                        help="state directory (default $SPUR_TESTHOSTS_DIR)")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+    create = sub.add_parser("create", help="create and boot hosts")
+    create.add_argument("hosts", nargs="+", metavar="NAME=IP")
+    create.add_argument("--prefix", default="spur", help="network namespace and interface prefix (max 6)")
+    create.add_argument("--tmpfs-size", default="6G", help="size of the tmpfs holding every host's disk")
+    for command in ("crash", "boot", "partition", "heal"):
+        sub.add_parser(command).add_argument("name")
+    sub.add_parser("status")
+    sub.add_parser("destroy")
+    args = parser.parse_args(argv)
+    if args.dir is None:
+        parser.error("give --dir or set SPUR_TESTHOSTS_DIR")
+    lab = Lab(args.dir)
+    try:
+        if args.command == "create":
+            try:
+                lab.create(args.hosts, args.prefix, args.tmpfs_size)
+            except BaseException:
+                lab.destroy()  # never leave half a lab behind
+                raise
+        elif args.command == "crash":
+            lab.crash(args.name)
+        elif args.command == "boot":
+            lab.boot(args.name)
+        elif args.command == "partition":
+            lab.set_link(args.name, "down")
+        elif args.command == "heal":
+            lab.set_link(args.name, "up")
+        elif args.command == "destroy":
+            lab.destroy()
+        print(json.dumps(lab.status() if args.command != "destroy" else {}, indent=2))
+    except TestHostError as exc:
+        print(f"testhosts: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
