@@ -1,17 +1,26 @@
-"""`make demo`: a whole Spur cluster on this machine's loopback, no root needed.
+"""`make demo`: the whole product on this machine, no root needed.
 
-Today it starts three controllers on 127.0.1.1-3 (gRPC :6817, Raft :6821, probes :6822), waits for one
-leader and prints each member's /status. `make demo-down` stops them. Everything lives in .spur-demo/.
-A second `make demo` stops the old cluster first, so it never needs cleaning by hand.
+1. builds two releases of this tree (A = 0.1.0, B = 0.1.1) into .spur-demo/releases/;
+2. deploys A to the embedded default (inventory/local.yml: 3 controllers + 3 agents on 127.0.1.N under
+   supervisord) with spur.cluster.deploy;
+3. submits a job that keeps running through the upgrade;
+4. upgrades the cluster in place to B with spur.cluster.rolling_upgrade (spur_in_place_upgrade=true), while a
+   watcher polls every daemon's probes to see who went down when;
+5. lets the job finish and prints a report (also .spur-demo/report.json): the controller order with the
+   leader last, each agent's downtime, the job that survived and its exit code, the total time.
+
+The cluster stays up; `make demo-down` (tools/demo.py down) tears it down. A second `make demo` tears the
+previous one down first, so it never needs cleaning by hand.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,101 +29,261 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / ".spur-demo"
 BIN = Path(sys.executable).parent
-CONTROLLERS = [f"127.0.1.{i}" for i in (1, 2, 3)]
+INVENTORY = ROOT / "inventory" / "local.yml"
+NET = os.environ.get("SPUR_LOCAL_NET", "127.0.1")
+CONTROLLERS = {f"ctl-{i}": f"{NET}.{i + 1}" for i in range(3)}
+AGENTS = {f"node-{i}": f"{NET}.{11 + i}" for i in range(3)}
+CONTROLLER_ADDR = ",".join(f"{ip}:6817" for ip in CONTROLLERS.values())
+VERSIONS = {"A": "0.1.0", "B": "0.1.1"}
 
 
-def conf_text(ip: str) -> str:
-    peers = ", ".join(f'"{c}:6821"' for c in CONTROLLERS)
-    hosts = ", ".join(f'"{c}:6817"' for c in CONTROLLERS)
-    return f"""[cluster]
-name = "demo"
-
-[controller]
-hosts = [{hosts}]
-listen_addr = "{ip}:6817"
-raft_addr = "{ip}:6821"
-peers = [{peers}]
-probe_addr = "{ip}:6822"
-state_dir = "{DEMO}/{ip}/state"
-raft_secret_file = "{DEMO}/raft.secret"
-"""
+def step(text: str) -> None:
+    print(f"\n==> [{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def get(url: str) -> tuple[int, str]:
+def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SPUR_LOCAL_ROOT=str(DEMO / "hosts"), **kw.pop("env", {}))
+    return subprocess.run(argv, cwd=ROOT, env=env, **kw)
+
+
+def probe(addr: str, path: str) -> tuple[int, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return resp.status, resp.read().decode()
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=0.5) as resp:
+            body = resp.read()
+            return resp.status, json.loads(body) if path == "/status" else {}
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
+        return exc.code, {}
+    except (OSError, ValueError):
+        return 0, {}
 
 
-def down() -> None:
-    pids_file = DEMO / "pids.json"
-    if not pids_file.exists():
-        print("demo: nothing running")
-        return
-    pids = json.loads(pids_file.read_text())
-    for name, pid in pids.items():
-        try:
-            os.kill(pid, signal.SIGTERM)
-            print(f"demo: stopped {name} (pid {pid})")
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 10
-    for pid in pids.values():
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-                time.sleep(0.1)
-            except ProcessLookupError:
-                break
-    pids_file.unlink()
+# ------------------------------------------------------------------ releases
+
+
+def build_releases() -> dict[str, Path]:
+    """Build A and B once per tree content: a second demo reuses them when the sources did not change."""
+    from spur_hpc.buildinfo import content_hash
+
+    tree = content_hash(ROOT / "daemons" / "spur_hpc")
+    out = {}
+    for name, version in VERSIONS.items():
+        target = DEMO / "releases" / name
+        manifest = target / "release.json"
+        if manifest.exists() and json.loads(manifest.read_text()).get("build") == tree:
+            print(f"release {name} ({version}, build {tree}) is up to date in {target}")
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+            print(f"building release {name}: version {version} -> {target}", flush=True)
+            done = run([str(BIN / "spur-release"), "build", "--version", version, "--out", str(target)])
+            if done.returncode != 0:
+                raise SystemExit(f"demo: building release {name} failed (see above)")
+        out[name] = target
+    return out
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+def playbook(command: str, *extra: str, log: Path | None = None) -> int:
+    argv = [str(BIN / "spur"), "cluster", command, "-i", str(INVENTORY), *extra]
+    if log is not None:
+        argv += ["--log-json", str(log)]
+    return run(argv).returncode
+
+
+def down() -> int:
+    if not (DEMO / "hosts").exists():
+        print("demo: nothing to tear down")
+        return 0
+    step("tearing down the demo cluster (spur.cluster.teardown, state wiped)")
+    code = playbook("teardown", "-e", "spur_wipe_state=true", log=DEMO / "teardown-events.json")
+    if code == 0:
+        shutil.rmtree(DEMO / "hosts", ignore_errors=True)
+    return code
+
+
+class Watcher(threading.Thread):
+    """Polls every daemon's probes every 100 ms during the upgrade: who was down when, who led, which build."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.samples: dict[str, list[tuple[float, bool, str, str]]] = {h: [] for h in [*CONTROLLERS, *AGENTS]}
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            now = time.monotonic()
+            for host, ip in CONTROLLERS.items():
+                code, status = probe(f"{ip}:6822", "/status")
+                self.samples[host].append((now, code == 200, status.get("role", ""), status.get("build", "")))
+            for host, ip in AGENTS.items():
+                code, status = probe(f"{ip}:6823", "/status")
+                ready = code == 200 and bool(status.get("registered"))
+                self.samples[host].append((now, ready, "", status.get("build", "")))
+
+    def downtime(self, host: str) -> float:
+        total, last_t, last_up = 0.0, None, True
+        for t, up, _role, _build in self.samples[host]:
+            if last_t is not None and not last_up:
+                total += t - last_t
+            last_t, last_up = t, up
+        return round(total, 2)
+
+    def controller_order(self, target_build: str) -> list[tuple[str, str]]:
+        """(host, role just before it went down for the upgrade), in the order they switched to the target."""
+        switched = []
+        for host in CONTROLLERS:
+            role_before, switch_at = "", None
+            for t, up, role, build in self.samples[host]:
+                if up and build and build != target_build:
+                    role_before = role
+                if up and build == target_build:
+                    switch_at = t
+                    break
+            if switch_at is not None:
+                switched.append((switch_at, host, role_before))
+        return [(host, role) for _t, host, role in sorted(switched)]
+
+
+def sbatch(script: str) -> int:
+    env = dict(os.environ, SPUR_CONTROLLER_ADDR=CONTROLLER_ADDR)
+    work = DEMO / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [str(BIN / "sbatch"), "--parsable", "-J", "survivor", "--wrap", script],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"demo: sbatch failed: {done.stderr.strip()}")
+    return int(done.stdout.strip())
+
+
+def job_fields(job_id: int) -> dict[str, str]:
+    env = dict(os.environ, SPUR_CONTROLLER_ADDR=CONTROLLER_ADDR)
+    text = subprocess.run(
+        [str(BIN / "scontrol"), "show", "job", str(job_id)], env=env, capture_output=True, text=True
+    ).stdout
+    return dict(part.split("=", 1) for part in text.split() if "=" in part)
+
+
+def supervisor_of(job_id: int) -> tuple[str, int] | None:
+    for host, ip in AGENTS.items():
+        _code, status = probe(f"{ip}:6823", "/status")
+        for running in status.get("running_jobs", []):
+            if running.get("job_id") == job_id:
+                return host, int(running.get("supervisor_pid", 0))
+    return None
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise SystemExit(f"demo: timed out after {timeout:.0f} s waiting for {what}")
+
+
+# ------------------------------------------------------------------ the demo
 
 
 def up() -> int:
-    down()
+    started = time.monotonic()
     DEMO.mkdir(exist_ok=True)
-    secret = DEMO / "raft.secret"
-    if not secret.exists():
-        secret.write_text(os.urandom(16).hex() + "\n")
-    secret.chmod(0o600)
-    pids = {}
-    for ip in CONTROLLERS:
-        home = DEMO / ip
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "spur.conf").write_text(conf_text(ip))
-        log = open(home / "spurctld.log", "ab")
-        proc = subprocess.Popen(
-            [str(BIN / "spurctld"), "--conf", str(home / "spur.conf")],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        pids[f"spurctld@{ip}"] = proc.pid
-        print(f"demo: started spurctld on {ip} (pid {proc.pid}, log {home / 'spurctld.log'})")
-    (DEMO / "pids.json").write_text(json.dumps(pids, indent=1))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        leaders = [ip for ip in CONTROLLERS if get(f"http://{ip}:6822/metrics/nodes")[0] == 200]
-        if len(leaders) == 1:
-            break
-        time.sleep(0.2)
-    else:
-        print("demo: no leader within 30 s; see the logs above", file=sys.stderr)
-        return 1
-    for ip in CONTROLLERS:
-        code, body = get(f"http://{ip}:6822/status")
-        status = json.loads(body) if code == 200 else {}
-        print(
-            f"\n{ip}:6822/status -> role={status.get('role')} term={status.get('term')} "
-            f"cluster_id={status.get('cluster_id')}"
-        )
-        print(body)
-    print("The cluster stays up. Try: curl -s http://127.0.1.1:6822/status ; stop it with: make demo-down")
-    return 0
+    down()
+    step("building releases A and B of this tree")
+    releases = build_releases()
+    build_b = json.loads((releases["B"] / "release.json").read_text())["build"]
+
+    step("deploying release A to 3 controllers + 3 agents (spur.cluster.deploy, inventory/local.yml)")
+    if playbook("deploy", "-e", f"spur_release_src={releases['A']}", log=DEMO / "deploy-events.json") != 0:
+        raise SystemExit("demo: deploy failed (see above)")
+
+    step("submitting a job that runs through the upgrade")
+    gate = DEMO / "work" / "upgrade-done"
+    gate.unlink(missing_ok=True)
+    job_id = sbatch(f"while [ ! -e {gate} ]; do sleep 0.5; done; echo survived the upgrade; exit 0")
+    host, pid_before = wait_for(lambda: supervisor_of(job_id), 60, f"job {job_id} to start")
+    print(f"job {job_id} runs on {host} under supervisor pid {pid_before}")
+
+    step("rolling upgrade to release B, in place (spur.cluster.rolling_upgrade, spur_in_place_upgrade=true)")
+    watcher = Watcher()
+    watcher.start()
+    upgrade_started = time.monotonic()
+    code = playbook(
+        "upgrade",
+        "-e",
+        f"spur_release_src={releases['B']}",
+        "-e",
+        "spur_in_place_upgrade=true",
+        "-e",
+        f"spur_upgrade_event_log={DEMO / 'upgrade-events.json'}",
+        log=DEMO / "upgrade-runner.json",
+    )
+    upgrade_s = round(time.monotonic() - upgrade_started, 1)
+    time.sleep(1.0)
+    watcher.stop.set()
+    watcher.join()
+    if code != 0:
+        raise SystemExit("demo: the rolling upgrade failed (see above); the cluster is left as it is")
+
+    after = supervisor_of(job_id)
+    survived = after == (host, pid_before) and job_fields(job_id).get("JobState") == "RUNNING"
+    step(f"releasing job {job_id} and waiting for its end")
+    gate.touch()
+    fields = wait_for(
+        lambda: (f := job_fields(job_id)) if f.get("JobState") not in ("RUNNING", "PENDING") else None,
+        60,
+        f"job {job_id} to end",
+    )
+    exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
+    order = watcher.controller_order(build_b)
+    leader_last = bool(order) and order[-1][1] == "leader" and all(role != "leader" for _h, role in order[:-1])
+    report = {
+        "controller_order": [h for h, _role in order],
+        "controller_roles": {h: role for h, role in order},
+        "leader_last": leader_last,
+        "job_id": job_id,
+        "job_survived": survived and fields.get("JobState") == "COMPLETED",
+        "job_state": fields.get("JobState"),
+        "job_exit_code": exit_code,
+        "supervisor_pid": pid_before,
+        "agent_downtime_s": {h: watcher.downtime(h) for h in AGENTS},
+        "controller_downtime_s": {h: watcher.downtime(h) for h in CONTROLLERS},
+        "upgrade_s": upgrade_s,
+        "total_s": round(time.monotonic() - started, 1),
+        "release_a": str(releases["A"]),
+        "release_b": str(releases["B"]),
+        "event_log": str(DEMO / "upgrade-events.json"),
+    }
+    (DEMO / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print_report(report)
+    return 0 if report["job_survived"] and leader_last else 1
+
+
+def print_report(r: dict) -> None:
+    print("\n================ Spur demo report ================")
+    order = ", ".join(f"{h} ({r['controller_roles'][h]})" for h in r["controller_order"])
+    print(f"controllers upgraded in order: {order}")
+    print(f"leader upgraded last:          {'yes' if r['leader_last'] else 'NO'}")
+    for host, secs in r["agent_downtime_s"].items():
+        print(f"agent {host} downtime:         {secs:.1f} s")
+    print(
+        f"job {r['job_id']}:                        {'survived' if r['job_survived'] else 'DID NOT SURVIVE'} "
+        f"(same supervisor pid {r['supervisor_pid']}), ended {r['job_state']} with exit code {r['job_exit_code']}"
+    )
+    print(f"rolling upgrade took:          {r['upgrade_s']} s; whole demo {r['total_s']} s")
+    print(f"report: {DEMO / 'report.json'}")
+    print("\nThe cluster stays up. Try:")
+    print(f"  export SPUR_CONTROLLER_ADDR={CONTROLLER_ADDR} PATH={BIN}:$PATH")
+    print("  sinfo; sbatch --wrap 'hostname'; squeue -t all; spur cluster status")
+    print(f"  curl -s http://{CONTROLLERS['ctl-0']}:6822/status")
+    print("Stop it with: make demo-down")
 
 
 if __name__ == "__main__":
-    sys.exit(up() if sys.argv[1:] == ["up"] else down() or 0)
+    sys.exit(up() if sys.argv[1:] == ["up"] else down())
