@@ -235,11 +235,12 @@ def up() -> int:
     survived = after == (host, pid_before) and job_fields(job_id).get("JobState") == "RUNNING"
     step(f"releasing job {job_id} and waiting for its end")
     gate.touch()
-    fields = wait_for(
-        lambda: (f := job_fields(job_id)) if f.get("JobState") not in ("RUNNING", "PENDING") else None,
-        60,
-        f"job {job_id} to end",
-    )
+
+    def ended() -> dict[str, str] | None:
+        fields = job_fields(job_id)
+        return fields if fields.get("JobState") not in ("RUNNING", "PENDING") else None
+
+    fields = wait_for(ended, 60, f"job {job_id} to end")
     exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
     order = watcher.controller_order(build_b)
     leader_last = bool(order) and order[-1][1] == "leader" and all(role != "leader" for _h, role in order[:-1])
