@@ -194,6 +194,8 @@ def main(argv: list[str], program: str = "spur cluster") -> int:
     except ImportError:
         raise CliError("spur cluster deploy/upgrade/health needs ansible-runner: pip install 'spur-hpc[ops]'") from None
     collection, env = find_collection()
+    # ansible-playbook from the same environment as this command (a venv need not be on PATH)
+    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     playbook = collection / "playbooks" / PLAYBOOKS[opts["command"]]
     if not playbook.exists():
         raise CliError(f"{playbook} does not exist in this collection release")
