@@ -1,0 +1,211 @@
+"""Fast checks of the spur.cluster roles that need no cluster: argument specs, and how spur.conf is rewritten.
+
+- Every role's meta/argument_specs.yml lists exactly the variables of its defaults/main.yml, with the same
+  defaults and a description each (ansible-doc and role argument validation read the spec, the role reads
+  the defaults: the two must not drift).
+- spur_conf keeps what it does not own: a re-run leaves spur.conf byte for byte as it is, a missing section
+  is added, spur_overwrite_conf rewrites only the owned sections, and [x-*] or unknown sections always
+  come back verbatim, comments included. A file that is not TOML is refused, not replaced.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "collection" / "roles"
+OUR_ROLES = sorted(
+    p.name
+    for p in ROLES.iterdir()
+    if (p / "defaults" / "main.yml").exists() and p.name != "spur_upgrade"  # spur_upgrade has its own checks
+)
+SECTIONS_SCRIPT = ROLES / "spur_conf" / "files" / "spur_conf_sections.py"
+
+
+def load_yaml(path: Path):
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("role", OUR_ROLES)
+def test_argument_specs_mirror_defaults(role: str) -> None:
+    defaults = load_yaml(ROLES / role / "defaults" / "main.yml") or {}
+    spec = load_yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]
+    options = spec["options"]
+    assert list(options) == list(defaults), f"{role}: spec and defaults list different variables, or in another order"
+    for name, option in options.items():
+        assert option.get("description") and "TODO" not in str(option["description"]), f"{role}: {name} undocumented"
+        assert option.get("default") == defaults[name], f"{role}: {name} defaults differ"
+        literal = defaults[name]
+        if not (isinstance(literal, str) and "{{" in literal):
+            expected = {bool: "bool", int: "int", list: "list", dict: "dict", str: "str"}[type(literal)]
+            assert option["type"] == expected, f"{role}: {name} is a {expected} but the spec says {option['type']}"
+        assert name.startswith(role + "_"), f"{role}: {name} lacks the role prefix"
+    assert spec.get("short_description")
+
+
+def load_sections_script():
+    spec = importlib.util.spec_from_file_location("spur_conf_sections", SECTIONS_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SITE_CONF = '''# site comment, kept
+[cluster]
+name = "hpc1"
+
+[controller]
+hosts = ["ctl1:6817"]   # edited by hand
+note = """
+[agent]
+this line is inside a string, not a header
+"""
+
+[x-site]
+owner = "ops" # [x] in a comment
+[x-site.sub]
+list = [
+  "a",
+]
+
+[[x-racks]]
+name = "r1"
+
+[future]
+added_by = "a newer release"
+'''
+
+
+def test_the_sections_script_cuts_at_real_headers_only() -> None:
+    script = load_sections_script()
+    data = tomllib.loads(SITE_CONF)
+    preamble, sections = script.cut(SITE_CONF, set(data))
+    assert preamble == "# site comment, kept\n"
+    assert [s["name"] for s in sections] == ["cluster", "controller", "x-site", "x-racks", "future"]
+    assert preamble + "".join(s["text"] for s in sections) == SITE_CONF
+    assert "this line is inside a string" in sections[1]["text"]
+
+
+def test_the_sections_script_reports_a_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    run = lambda path: json.loads(  # noqa: E731
+        subprocess.run([sys.executable, str(SECTIONS_SCRIPT), str(path)], capture_output=True, text=True).stdout
+    )
+    assert run(tmp_path / "none.conf") == {"exists": False, "text": "", "preamble": "", "sections": [], "error": None}
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[controller\nhosts = [\n")
+    result = run(bad)
+    assert result["exists"] and "not valid TOML" in result["error"]
+
+
+SECTIONS = [
+    {"name": "cluster", "settings": {"name": "hpc1"}},
+    {"name": "controller", "settings": {"hosts": ["10.0.0.1:6817", "10.0.0.2:6817"], "write_timeout_secs": 5.0,
+                                        "unused": None, "flag": True}},
+    {"name": "log", "settings": {"level": "info"}},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Run spur_conf once per case in one playbook; -> case name -> the file it wrote."""
+    tmp = tmp_path_factory.mktemp("spur_conf")
+    collections = tmp / "collections" / "ansible_collections" / "spur"
+    collections.mkdir(parents=True)
+    (collections / "cluster").symlink_to(REPO / "collection")
+    cases = {
+        "new": (None, False),
+        "kept": (SITE_CONF, False),
+        "overwritten": (SITE_CONF, True),
+        "bad": ("[controller\n", False),
+    }
+    for name, (text, _) in cases.items():
+        if text is not None:
+            (tmp / f"{name}.conf").write_text(text)
+    tasks = []
+    for name, (_, overwrite) in cases.items():
+        path = str(tmp / f"{name}.conf")
+        tasks.append({
+            "name": f"case {name}",
+            "block": [
+                {"ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"},
+                 "vars": {"spur_conf_path": path, "spur_conf_sections": SECTIONS, "spur_conf_overwrite": overwrite,
+                          "spur_conf_python": sys.executable}},
+                {"ansible.builtin.copy": {"content": "{{ __spur_conf_content }}", "dest": path, "mode": "0644"}},
+            ],
+            "rescue": [
+                {"ansible.builtin.copy": {"content": "{{ ansible_failed_result.msg }}", "dest": path + ".error",
+                                          "mode": "0644"}},
+            ],
+        })  # fmt: skip
+    # The converged case: spur_conf run again on what it wrote must leave it as it is.
+    tasks.append({
+        "ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"},
+        "vars": {"spur_conf_path": str(tmp / "kept.conf"), "spur_conf_sections": SECTIONS,
+                 "spur_conf_python": sys.executable},
+    })  # fmt: skip
+    tasks.append({
+        "ansible.builtin.copy": {"content": "{{ __spur_conf_content }}", "dest": str(tmp / "kept.again.conf"),
+                                 "mode": "0644"},
+    })  # fmt: skip
+    playbook = tmp / "playbook.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(tmp / "collections"),
+        ANSIBLE_HOME=str(tmp / "ansible-home"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_FORCE_COLOR="0",
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return {name: tmp / f"{name}.conf" for name in [*cases, "kept.again"]}
+
+
+def test_a_new_spur_conf_has_the_owned_sections(merged) -> None:
+    text = merged["new"].read_text()
+    assert text.startswith("# spur.conf, written by Ansible")
+    data = tomllib.loads(text)
+    assert data == {
+        "cluster": {"name": "hpc1"},
+        "controller": {"hosts": ["10.0.0.1:6817", "10.0.0.2:6817"], "write_timeout_secs": 5.0, "flag": True},
+        "log": {"level": "info"},
+    }
+
+
+def test_an_existing_spur_conf_is_kept_and_only_gets_what_it_lacks(merged) -> None:
+    text = merged["kept"].read_text()
+    assert text.startswith(SITE_CONF), "the existing text must come back byte for byte"
+    assert tomllib.loads(text[len(SITE_CONF) :]) == {"log": {"level": "info"}}
+    assert merged["kept.again"].read_text() == text, "a converged spur.conf must not change on a re-run"
+
+
+def test_overwrite_rewrites_owned_sections_and_carries_the_others_over(merged) -> None:
+    text = merged["overwritten"].read_text()
+    data = tomllib.loads(text)
+    assert data["controller"] == {"hosts": ["10.0.0.1:6817", "10.0.0.2:6817"], "write_timeout_secs": 5.0, "flag": True}
+    assert "edited by hand" not in text
+    # Unknown and site-local sections come back verbatim, comments and layout included.
+    for verbatim in ('[x-site]\nowner = "ops" # [x] in a comment\n[x-site.sub]\nlist = [\n  "a",\n]\n',
+                     '[[x-racks]]\nname = "r1"\n', '[future]\nadded_by = "a newer release"\n'):  # fmt: skip
+        assert verbatim in text
+    assert text.startswith("# site comment, kept\n")
+    assert data["log"] == {"level": "info"}
+
+
+def test_a_spur_conf_that_is_not_toml_is_refused_and_left_alone(merged) -> None:
+    assert merged["bad"].read_text() == "[controller\n"
+    error = Path(str(merged["bad"]) + ".error").read_text()
+    assert "not valid TOML" in error and "nothing was changed" in error

@@ -1,0 +1,197 @@
+"""spur.cluster.rolling_upgrade through its Molecule scenario, run the way a user runs it: `molecule test`.
+
+upgrade_local (tier 1): the embedded default (inventory/local.yml: three controllers, three agents as host
+aliases on 127.0.x.N under supervisord) deployed at release A, then upgraded by the playbook in every mode; the
+scenario's side_effect.yml lists the cases and checks what an operator would see after each. Here, afterwards,
+the event logs the runs wrote are read again for what matters most (the leader last, nothing lost) and for the
+time the two complete 3+3 upgrades took, waiting on gates and doing work, which the test prints.
+
+The three releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SCENARIO_TIMEOUT_SECS = 1800
+VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0"}
+PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executing")
+
+pytestmark = pytest.mark.slow
+
+
+def require_tools() -> None:
+    missing = [tool for tool in ("molecule", "ansible-playbook", "spur-release") if not (VENV_BIN / tool).exists()]
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ansible_collections.community.general"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        missing.append("the community.general collection")
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing from {VENV_BIN.parent}; install them with "
+            f"{VENV_BIN / 'pip'} install 'ansible>=12,<13' molecule molecule-plugins",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Releases A, B and C of this tree, built once (spur-release build, as an administrator does)."""
+    require_tools()
+    base = tmp_path_factory.mktemp("upgrade-releases")
+    built = {}
+    for name, version in VERSIONS.items():
+        out = base / name
+        subprocess.run(
+            [str(VENV_BIN / "spur-release"), "build", "--version", version, "--source", str(REPO), "--out", str(out)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        built[name] = out
+    return built
+
+
+@pytest.fixture
+def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
+    """Environment for one `molecule test`: scratch HOME, the collection path, short host paths, the releases."""
+    collections = tmp_path / "collections" / "ansible_collections" / "spur"
+    collections.mkdir(parents=True)
+    (collections / "cluster").symlink_to(REPO / "collection")
+    home = tmp_path / "home"
+    home.mkdir()
+    results = tmp_path / "results"
+    results.mkdir()
+    # Unix sockets live under each host's tree (supervisord's, one per running job): keep that path short.
+    short = Path(f"/tmp/spu-{secrets.token_hex(3)}")
+    short.mkdir()
+    env = dict(os.environ)
+    env.update(
+        HOME=str(home),
+        ANSIBLE_HOME=str(home / ".ansible"),
+        ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
+        ANSIBLE_FORCE_COLOR="0",
+        PY_COLORS="0",
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        SPUR_RELEASE_A=str(releases["A"]),
+        SPUR_RELEASE_B=str(releases["B"]),
+        SPUR_RELEASE_C=str(releases["C"]),
+        SPUR_UPGRADE_RESULTS=str(results),
+        SPUR_LOCAL_ROOT=str(short / "h"),
+        # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
+        SPUR_LOCAL_NET=f"127.{5 + os.getpid() % 50}.{os.getpid() % 250}",
+    )
+    env.pop("ANSIBLE_CONFIG", None)
+    yield env, results
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def run_scenario(name: str, env: dict[str, str], tmp_path: Path) -> tuple[str, float]:
+    log = tmp_path / f"molecule-{name}.log"
+    started = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [str(VENV_BIN / "molecule"), "test", "--scenario-name", name],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=SCENARIO_TIMEOUT_SECS,
+            check=False,
+        )
+    output = log.read_text(errors="replace")
+    if done.returncode != 0:
+        tail = "\n".join(output.splitlines()[-150:])
+        pytest.fail(f"molecule test -s {name} exited {done.returncode} (full log: {log})\n{tail}", pytrace=False)
+    return output, time.monotonic() - started
+
+
+def event_log(results: Path, case: str) -> dict:
+    path = results / f"{case}.json"
+    assert path.exists(), f"case {case} wrote no event log ({path}); its output: {results / (case + '.out')}"
+    return json.loads(path.read_text())
+
+
+def controllers_in_upgrade_order(log: dict) -> list[tuple[str, str]]:
+    upgraded = [h for h in log["hosts"] if h["kind"] == "controller" and h["outcome"] == "upgraded"]
+    return [(h["host"], h["detail"]["role_at_upgrade"]) for h in sorted(upgraded, key=lambda h: h["t"])]
+
+
+def timing(log: dict) -> dict:
+    """Wall time and its split: gates (waiting on the cluster), work (changing it), the rest (probes, Ansible)."""
+    phases: dict[str, float] = {}
+    for event in log["events"]:
+        phases[event["phase"]] = phases.get(event["phase"], 0.0) + event["secs"]
+    return {
+        "wall_s": round(log["wall_secs"], 1),
+        "gates_s": round(log["gate_secs"], 1),
+        "work_s": round(log["work_secs"], 1),
+        "other_s": round(log["wall_secs"] - log["gate_secs"] - log["work_secs"], 1),
+        "by_phase_s": {k: round(v, 1) for k, v in phases.items()},
+    }
+
+
+def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
+    env, results = upgrade_env
+    output, wall = run_scenario("upgrade_local", env, tmp_path)
+    assert "[upgrade_local > side_effect] Executed: Successful" in output
+    assert "[upgrade_local > verify] Executed: Successful" in output
+
+    # Every refusal was a refusal before anything happened: no step but the guard rails and the plan.
+    for case in ("guard-wipe-and-modes", "guard-order", "guard-in-place-no-stepd", "guard-unreachable",
+                 "guard-unhealthy", "guard-downgrade"):
+        log = event_log(results, case)
+        assert log["status"] == "refused", (case, log["status"])
+        assert {e["phase"] for e in log["events"]} <= {"preflight"}, (case, log["events"])
+        assert not [e for e in log["events"] if e["kind"] == "work"], case
+
+    # A to B, drained: the leader last; the drain waited for node-0's job; the run stopped at busy node-1.
+    stopped = event_log(results, "drained-busy-stop")
+    assert stopped["status"] == "failed"
+    assert controllers_in_upgrade_order(stopped)[-1][1] == "leader"
+    assert [role for _host, role in controllers_in_upgrade_order(stopped)] == ["follower", "follower", "leader"]
+    # The re-runs carried on where it stopped, each host upgraded exactly once over the three runs.
+    swaps = [
+        e["host"]
+        for case in ("drained-busy-stop", "drained-skip-busy", "drained-force-busy")
+        for e in event_log(results, case)["events"]
+        if e["step"] == "swap"
+    ]
+    assert sorted(swaps) == ["ctl-0", "ctl-1", "ctl-2", "node-0", "node-1", "node-2"], swaps
+
+    # B to C in place: the leader last, no drain anywhere, every job kept its supervisor.
+    in_place = event_log(results, "in-place")
+    assert in_place["status"] == "done"
+    assert [role for _host, role in controllers_in_upgrade_order(in_place)] == ["follower", "follower", "leader"]
+    assert not [e for e in in_place["events"] if e["step"] in ("drain", "resume", "down")]
+    kept = [job for e in in_place["events"] if e["step"] == "jobs_after" for job in e["detail"]["kept"]]
+    before = [job for e in in_place["events"] if e["step"] == "jobs_before" for job in e["detail"]["running_jobs"]]
+    assert len(before) == 3 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, before))
+
+    # The same release again: nothing swapped.
+    again = event_log(results, "again-at-target")
+    assert not [e for e in again["events"] if e["step"] == "swap"]
+
+    report = {
+        "scenario_wall_s": round(wall),
+        "drained_A_to_B_first_run (3 controllers, then stopped at busy node-1)": timing(stopped),
+        "drained_skip_run": timing(event_log(results, "drained-skip-busy")),
+        "drained_force_run": timing(event_log(results, "drained-force-busy")),
+        "in_place_B_to_C (3 controllers + 3 agents)": timing(in_place),
+        "again_at_target": timing(again),
+    }
+    (results / "timings.json").write_text(json.dumps(report, indent=1) + "\n")
+    print("\nrolling upgrade timings:\n" + json.dumps(report, indent=1))
