@@ -209,3 +209,40 @@ def test_a_spur_conf_that_is_not_toml_is_refused_and_left_alone(merged) -> None:
     assert merged["bad"].read_text() == "[controller\n"
     error = Path(str(merged["bad"]) + ".error").read_text()
     assert "not valid TOML" in error and "nothing was changed" in error
+
+
+@pytest.mark.parametrize("role", OUR_ROLES)
+def test_every_role_variable_is_in_the_deployment_guide(role: str) -> None:
+    guide = (REPO / "docs" / "deployment.md").read_text()
+    defaults = load_yaml(ROLES / role / "defaults" / "main.yml") or {}
+    missing = [name for name in defaults if f"`{name}`" not in guide]
+    assert not missing, f"docs/deployment.md does not describe {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("inventory", ["hosts.example.ini", "hosts.ha.example.ini", "local.yml"])
+def test_the_example_inventories_describe_clusters_spur_can_run(inventory: str, tmp_path: Path) -> None:
+    """The topology role needs no connection: it computes every address from the inventory alone."""
+    collections = tmp_path / "collections" / "ansible_collections" / "spur"
+    collections.mkdir(parents=True)
+    (collections / "cluster").symlink_to(REPO / "collection")
+    out = tmp_path / "topology.json"
+    playbook = tmp_path / "topology.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "spur_controllers", "gather_facts": False,
+        "tasks": [
+            {"ansible.builtin.import_role": {"name": "spur.cluster.spur_topology"}},
+            {"ansible.builtin.copy": {"content": "{{ __spur_topology | to_json }}", "dest": str(out), "mode": "0644"},
+             "delegate_to": "localhost", "run_once": True,
+             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        ],
+    }]))  # fmt: skip
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_HOME=str(tmp_path / "h"))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventory" / inventory), str(playbook)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    topology = json.loads(out.read_text())
+    assert len(topology["controllers"]) in (1, 3, 5)
+    assert topology["agents"] and len(set(topology["agent_nodes"])) == len(topology["agents"])
+    assert all(c["raft"].endswith(":6821") and c["probe"].endswith(":6822") for c in topology["controllers"])
