@@ -237,8 +237,9 @@ def test_the_example_inventories_describe_clusters_spur_can_run(inventory: str, 
         ],
     }]))  # fmt: skip
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_HOME=str(tmp_path / "h"))
+    ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventory" / inventory), str(playbook)],
+        [ansible_playbook, "-i", str(REPO / "inventory" / inventory), str(playbook)],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]

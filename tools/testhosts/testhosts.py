@@ -51,7 +51,8 @@ class TestHostError(Exception):
 def run(*argv: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
-        raise TestHostError(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        output = done.stderr.strip() or done.stdout.strip()
+        raise TestHostError(f"{' '.join(argv)} failed (exit {done.returncode}): {output}")
     if not quiet and done.returncode != 0:
         print(f"testhosts: {' '.join(argv)}: {done.stderr.strip()}", file=sys.stderr)
     return done
@@ -262,7 +263,7 @@ class Lab:
             if pid:
                 os.kill(pid, signal.SIGKILL)
             self.wait_gone(host)
-        for name, host in self.hosts.items():
+        for host in self.hosts.values():
             root = host.get("root")
             if root and os.path.ismount(root):
                 run("umount", "-l", root, check=False)
