@@ -299,7 +299,9 @@ class AccountingWriter:
                     self._status.rejected = len(self._rejected)
                 log.error(
                     "accounting: the database refused job %s (record version %s): %s; it is skipped until it changes",
-                    row[1], row[3], describe_error(exc, self.settings.password),
+                    row[1],
+                    row[3],
+                    describe_error(exc, self.settings.password),
                 )
         return changed
 
