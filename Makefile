@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup test test-unit test-integration lint demo demo-down bench clean protos
+.PHONY: setup test test-unit test-upgrade lint demo demo-down bench bench-slurm clean protos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ lint: setup
 	$(BIN)/python tools/gen_protos.py --check
 	$(BIN)/python tools/gen_module_docs.py --check
 
+# The rolling-upgrade Molecule scenarios (tests/molecule/test_upgrade.py) are not part of `make test` yet:
+# they were still being finished when this was written; run them with `make test-upgrade`.
 test: setup lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --ignore=tests/molecule/test_upgrade.py
+
+test-upgrade: setup
+	$(BIN)/python -m pytest -q tests/molecule/test_upgrade.py
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
