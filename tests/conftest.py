@@ -9,16 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import ControllerCluster, cleanup_all  # noqa: E402
-
-_IP_BLOCK = {"next": 1}
-
-
-def next_ip_base(count: int) -> int:
-    """Hand every cluster of the session its own 127.0.1.N addresses."""
-    base = _IP_BLOCK["next"]
-    _IP_BLOCK["next"] = base + count if base + count < 200 else 1
-    return base
+from harness import ControllerCluster, cleanup_all, next_ip_base  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)

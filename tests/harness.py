@@ -24,6 +24,16 @@ BIN = Path(sys.executable).parent
 ALL_PROCS: list[Proc] = []
 
 
+_IP_BLOCK = {"next": 1}
+
+
+def next_ip_base(count: int) -> int:
+    """Hand every cluster of the session its own 127.0.1.N addresses (agents use 201-250)."""
+    base = _IP_BLOCK["next"]
+    _IP_BLOCK["next"] = base + count if base + count < 200 else 1
+    return base
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None

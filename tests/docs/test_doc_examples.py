@@ -35,8 +35,7 @@ def test_the_docs_have_runnable_examples():
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from conftest import next_ip_base
-    from harness import ControllerCluster, cleanup_all
+    from harness import ControllerCluster, cleanup_all, next_ip_base
 
     root = tmp_path_factory.mktemp("docs")
     cluster = ControllerCluster(root / "ctl", 3, ip_base=next_ip_base(3)).start()

@@ -44,8 +44,7 @@ specs = st.builds(
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from conftest import next_ip_base
-    from harness import ControllerCluster
+    from harness import ControllerCluster, next_ip_base
 
     cluster = ControllerCluster(tmp_path_factory.mktemp("fuzz"), 3, ip_base=next_ip_base(3))
     cluster.start()
