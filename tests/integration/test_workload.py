@@ -68,7 +68,7 @@ def start_agent(cluster, tmp_path: Path, name: str = "", **kw) -> AgentProc:
 def test_whole_node_job_waits_until_the_first_ends_even_across_a_restart(cluster, tmp_path, work):
     c = Client(cluster)
     agent = start_agent(cluster, tmp_path)
-    first = c.submit("sleep 3\n", work, cpus_per_task=4)
+    first = c.submit("sleep 10\n", work, cpus_per_task=4)
     c.wait_state(first, {"RUNNING"})
     assert c.node_state(agent.name) == "ALLOCATED"
     agent.stop()
@@ -77,7 +77,7 @@ def test_whole_node_job_waits_until_the_first_ends_even_across_a_restart(cluster
     time.sleep(1.0)
     assert c.state(second) == "PENDING", "the restored allocation must keep the node full"
     assert list(c.node(agent.name).job_ids) == [first], "the allocation is neither lost nor doubled"
-    c.wait_state(first, {"COMPLETED"})
+    c.wait_state(first, {"COMPLETED"}, timeout=40)
     c.wait_state(second, {"COMPLETED"})
 
 
