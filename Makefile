@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup test test-unit test-upgrade test-sanity lint demo demo-down bench bench-slurm clean protos
+.PHONY: setup test test-unit test-molecule test-upgrade test-sanity lint demo demo-down bench bench-slurm clean protos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,11 +19,16 @@ lint: setup
 	$(BIN)/python tools/gen_protos.py --check
 	$(BIN)/python tools/gen_module_docs.py --check
 
-# Not part of `make test` yet: the rolling-upgrade Molecule scenarios (still being finished; `make test-upgrade`)
-# and ansible-test sanity on the whole collection (over 7 minutes here; `make test-sanity`).
+# Not part of `make test` yet: the Molecule scenarios (`make test-molecule`; not yet seen passing in a fresh-clone
+# CI run within the time budget), the rolling-upgrade scenarios (still being finished; `make test-upgrade`) and
+# ansible-test sanity on the whole collection (over 7 minutes here; `make test-sanity`).
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
 test: setup lint
-	$(BIN)/python -m pytest -q tests --ignore=tests/molecule/test_upgrade.py --deselect $(SANITY_TEST)
+	$(BIN)/python -m pytest -q tests --ignore=tests/molecule/test_upgrade.py --ignore=tests/molecule/test_scenarios.py \
+		--deselect $(SANITY_TEST)
+
+test-molecule: setup
+	$(BIN)/python -m pytest -q tests/molecule/test_scenarios.py
 
 test-sanity: setup
 	$(BIN)/python -m pytest -q $(SANITY_TEST)
