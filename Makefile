@@ -45,6 +45,14 @@ demo: setup
 demo-down: setup
 	$(BIN)/python tools/demo.py down
 
+# Benchmarks record bench/results/<name>.json; not part of `make test` (docs/benchmarks.md).
+bench: setup
+	@if [ -f bench/run_all.py ]; then $(BIN)/python bench/run_all.py; \
+	else $(BIN)/python bench/failover.py && $(BIN)/python bench/agent_restart.py; fi
+
+bench-slurm: setup
+	$(BIN)/python bench/slurm_peer.py
+
 protos: setup
 	$(BIN)/python tools/gen_protos.py
 
