@@ -132,8 +132,14 @@ def test_grpc_calls_skip_a_dead_address(cluster, agent):
     """Without a probe that answers, grpc_hosts are tried in turn: a dead one first costs nothing but a retry."""
     follower = next(m for m in cluster.members if m is not cluster.wait_leader())
     args = {"controllers": ["127.0.0.1:9"], "grpc_hosts": ["127.0.0.1:9", follower.grpc_addr], "timeout": 2}
-    info = run_module(spur_node_info, dict(args, names=[agent.name]))
-    assert "failed" not in info, info.get("msg")
+
+    def answered() -> dict | None:
+        info = run_module(spur_node_info, dict(args, names=[agent.name]))
+        assert "failed" not in info, info.get("msg")
+        # a follower answers from its own copy, which learns of the registration one Raft round later
+        return info if info["nodes"] else None
+
+    info = wait_until(answered, 10, "the follower to learn of the agent's registration")
     assert info["nodes"][0]["registered"] is True
 
 
