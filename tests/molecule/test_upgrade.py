@@ -151,8 +151,7 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     assert "[upgrade_local > verify] Executed: Successful" in output
 
     # Every refusal was a refusal before anything happened: no step but the guard rails and the plan.
-    for case in ("guard-wipe-and-modes", "guard-order", "guard-in-place-no-stepd", "guard-unreachable",
-                 "guard-unhealthy", "guard-downgrade"):
+    for case in ("guard-rails", "guard-downgrade"):
         log = event_log(results, case)
         assert log["status"] == "refused", (case, log["status"])
         assert {e["phase"] for e in log["events"]} <= {"preflight"}, (case, log["events"])
@@ -175,7 +174,9 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     # B to C in place: the leader last, no drain anywhere, every job kept its supervisor.
     in_place = event_log(results, "in-place")
     assert in_place["status"] == "done"
-    assert [role for _host, role in controllers_in_upgrade_order(in_place)] == ["follower", "follower", "leader"]
+    # The leader crashed mid-phase (side_effect.yml): whoever led at its turn still went last.
+    roles = [role for _host, role in controllers_in_upgrade_order(in_place)]
+    assert len(roles) == 3 and set(roles[:-1]) == {"follower"}, roles
     assert not [e for e in in_place["events"] if e["step"] in ("drain", "resume", "down")]
     kept = [job for e in in_place["events"] if e["step"] == "jobs_after" for job in e["detail"]["kept"]]
     before = [job for e in in_place["events"] if e["step"] == "jobs_before" for job in e["detail"]["running_jobs"]]
@@ -190,7 +191,7 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
         "drained_A_to_B_first_run (3 controllers, then stopped at busy node-1)": timing(stopped),
         "drained_skip_run": timing(event_log(results, "drained-skip-busy")),
         "drained_force_run": timing(event_log(results, "drained-force-busy")),
-        "in_place_B_to_C (3 controllers + 3 agents)": timing(in_place),
+        "in_place_B_to_C (3 controllers + 3 agents, the leader crashed mid-phase)": timing(in_place),
         "again_at_target": timing(again),
     }
     (results / "timings.json").write_text(json.dumps(report, indent=1) + "\n")
