@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=20)
     opts = parser.parse_args()
     gaps: list[float] = []
+    running_before: list[int] = []
     expected: dict[int, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -90,6 +91,7 @@ def main() -> None:
                 gap = time.monotonic() - t0
                 still = set(agent.running())
                 gaps.append(gap)
+                running_before.append(len(before))
                 print(
                     f"restart {i + 1} ({'kill -9' if i % 2 else 'SIGTERM'}): {gap * 1000:.0f} ms, "
                     f"{len(before)} running before, {len(before & still)} re-adopted, "
@@ -122,20 +124,33 @@ def main() -> None:
         want = slurm_pb2.COMPLETED if code == 0 else slurm_pb2.FAILED
         if job is None or job.state != want or job.exit_code != code:
             lost.append((job_id, slurm_pb2.JobState.Name(job.state) if job else "missing", code))
+    g = common.summary(gaps)
+    rows = [
+        common.row(
+            "agent_restart",
+            "spurd restart with ~20 running jobs: stop -> re-registered, jobs re-adopted",
+            [
+                common.check("median", g["median"], "<=", 1.0, "s"),
+                common.check("jobs lost or wrong", len(lost), "<=", 0, ""),
+            ],
+            detail=f"p99 {g['p99'] * 1000:.0f} ms over {opts.restarts} restarts (SIGTERM and kill -9 alternating), "
+            f"{common.summary(running_before).get('median', 0):.0f} jobs running at a restart (median), "
+            f"{len(expected)} jobs in all",
+        )
+    ]
     result = {
-        "restart_gap_s": common.summary(gaps),
+        "restart_gap_s": g,
         "restarts": opts.restarts,
+        "running_at_restart": common.summary(running_before),
         "jobs": len(expected),
         "jobs_lost_or_wrong": len(lost),
         "lost": lost[:20],
         "targets": {"restart_gap_median_s": 1.0, "jobs_lost": 0},
+        "rows": rows,
     }
     path = common.record("agent_restart", result)
-    g = result["restart_gap_s"]
-    print(
-        f"{opts.restarts} restarts, {len(expected)} jobs: restart gap median {g['median'] * 1000:.0f} ms, "
-        f"p99 {g['p99'] * 1000:.0f} ms; jobs lost or wrong: {len(lost)} -> {path}"
-    )
+    common.print_rows(rows)
+    print(f"-> {path}")
 
 
 if __name__ == "__main__":

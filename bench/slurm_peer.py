@@ -1,0 +1,398 @@
+"""Spur side by side with Slurm, on this one machine, in the same run.
+
+Slurm: Debian's slurmctld, slurmd, slurm-client and munge (installed with apt-get when missing; pass
+--no-install to refuse), run as a one-host cluster on 127.0.0.1 from a scratch directory: munged with its
+own key and socket, `slurmctld -D`, `slurmd -D -N localhost`, SLURM_CONF exported for the clients.
+Spur: 3 controllers on 127.0.1.N, no agent. In both, the jobs of the submission loops stay pending (Spur:
+no agent; Slurm: the partition is DOWN, so it queues but never starts jobs), and the queue for squeue is
+topped up to the same total, in Slurm with `sbatch -H` (held).
+
+Measured for both, in this order:
+1. `sbatch -Q --wrap true` in a shell loop, one process per job: jobs/s;
+2. the same from 8 loops at once (`xargs -P 8`): jobs/s;
+3. the queue topped up to --queue jobs (200 of them owned by the user nobody), then `squeue` (all jobs,
+   default format, output to a pipe) and `squeue -u nobody`: wall time per call.
+Ratios are Spur/Slurm (throughput: > 1 means Spur is faster; wall time: < 1 means Spur is faster).
+Everything binds to loopback, every step has a deadline, and every process started here is stopped
+(munged, slurmctld, slurmd, the controllers). Usage: python bench/slurm_peer.py [--loop 200] [--queue 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+# isort: off
+import common  # first: it puts tests/ on sys.path for the harness
+from harness import BIN, ControllerCluster, cleanup_all, free_port, wait_until
+# isort: on
+
+from spur_hpc.proto import slurm_pb2
+
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+SLURM_BIN = Path("/usr/bin")
+PARALLEL = 8
+
+
+# ------------------------------------------------------------------ installing and running Slurm
+
+
+def ensure_packages(allow_install: bool) -> dict[str, str]:
+    def versions() -> dict[str, str]:
+        out = {}
+        for p in PACKAGES:
+            proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}|${Version}", p], capture_output=True, text=True)
+            status, _, version = proc.stdout.partition("|")
+            if proc.returncode == 0 and status.startswith("install ok installed"):
+                out[p] = version
+        return out
+
+    have = versions()
+    missing = [p for p in PACKAGES if p not in have]
+    if missing:
+        if not allow_install:
+            raise SystemExit(
+                f"missing packages {', '.join(missing)}; install them: apt-get install {' '.join(missing)}"
+            )
+        print(f"installing {' '.join(missing)} with apt-get", flush=True)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *missing], env=env, check=True, timeout=600
+        )
+        have = versions()
+    return have
+
+
+def node_line() -> str:
+    """NodeName line from `slurmd -C`, renamed to localhost on 127.0.0.1."""
+    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
+    first = out.splitlines()[0].split()
+    fields = dict(f.split("=", 1) for f in first if "=" in f)
+    keep = {
+        k: fields[k] for k in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore") if k in fields
+    }
+    memory = int(fields.get("RealMemory", "1024"))
+    return (
+        "NodeName=localhost NodeAddr=127.0.0.1 "
+        + " ".join(f"{k}={v}" for k, v in keep.items())
+        + f" RealMemory={memory}"
+    )
+
+
+class SlurmPeer:
+    """munged + slurmctld + slurmd on 127.0.0.1, everything under one scratch directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+        self.sock = root / "munge" / "munge.socket"
+        self.conf = root / "slurm.conf"
+        self.ctld_port = free_port("127.0.0.1")
+        self.slurmd_port = free_port("127.0.0.1")
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, SLURM_CONF=str(self.conf))
+
+    def _spawn(self, argv: list[str], log: str) -> subprocess.Popen:
+        with open(self.root / log, "ab") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        for d in ("munge", "state", "spool", "log"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)  # the user nobody reads slurm.conf and reaches the munge socket
+        (self.root / "munge").chmod(0o755)
+        key = self.root / "munge" / "munge.key"
+        subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, timeout=30, capture_output=True)
+        key.chmod(0o600)
+        self._spawn(
+            [
+                "munged",
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.sock}",
+                f"--pid-file={self.root / 'munge' / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+            ],
+            "munged.out",
+        )
+        wait_until(lambda: self.sock.exists(), 15, "munged's socket")
+        r = self.root
+        self.conf.write_text(
+            f"""ClusterName=spurbench
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={self.ctld_port}
+SlurmdPort={self.slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={self.sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+MaxJobCount=50000
+ReturnToService=1
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+{node_line()}
+PartitionName=bench Nodes=localhost Default=YES MaxTime=INFINITE State=DOWN
+"""
+        )
+        self.conf.chmod(0o644)
+        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
+        wait_until(self._ctld_answers, 60, "slurmctld to answer")
+        self._spawn(["slurmd", "-D", "-N", "localhost", "-f", str(self.conf)], "slurmd.out")
+        wait_until(self._node_up, 60, "slurmd to register")
+
+    def _ctld_answers(self) -> bool:
+        proc = subprocess.run(
+            [str(SLURM_BIN / "scontrol"), "ping"], env=self.env(), capture_output=True, text=True, timeout=20
+        )
+        return "UP" in proc.stdout
+
+    def _node_up(self) -> bool:
+        proc = subprocess.run(
+            [str(SLURM_BIN / "sinfo"), "-h", "-N", "-o", "%T"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return proc.returncode == 0 and proc.stdout.strip() not in ("", "down", "down*", "unknown", "unknown*")
+
+    def job_count(self) -> int:
+        proc = subprocess.run(
+            [str(SLURM_BIN / "squeue"), "-h", "-o", "%i"], env=self.env(), capture_output=True, text=True, timeout=60
+        )
+        return len(proc.stdout.split())
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        # anything else still running from this scratch directory (a slurmstepd, say)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if str(self.root).encode() in cmdline and int(entry) != os.getpid():
+                    try:
+                        os.kill(int(entry), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+
+# ------------------------------------------------------------------ the measurements, same for both
+
+
+def shell_rate(sbatch: str, jobs: int, env: dict, cwd: Path, parallel: int = 1) -> float:
+    if parallel == 1:
+        script = f"for i in $(seq {jobs}); do {sbatch} -Q --wrap true || exit 1; done"
+    else:
+        script = f"seq {jobs} | xargs -P {parallel} -I{{}} {sbatch} -Q --wrap true"
+    t0 = time.monotonic()
+    subprocess.run(["bash", "-c", script], env=env, cwd=cwd, check=True, timeout=900)
+    return jobs / (time.monotonic() - t0)
+
+
+def top_up_held_slurm(peer: SlurmPeer, total: int, user_jobs: int, cwd: Path) -> None:
+    """Fill Slurm's queue to `total` jobs: user_jobs held jobs of nobody, the rest held jobs of root."""
+    have = peer.job_count()
+    env = peer.env()
+    sbatch = SLURM_BIN / "sbatch"
+    nobody = f"setpriv --reuid=nobody --regid=nogroup --clear-groups {sbatch} -H -Q -D /tmp --wrap true"
+    subprocess.run(
+        ["bash", "-c", f"seq {user_jobs} | xargs -P {PARALLEL} -I{{}} {nobody}"],
+        env=env,
+        cwd="/tmp",
+        check=True,
+        timeout=900,
+    )
+    rest = total - have - user_jobs
+    if rest > 0:
+        subprocess.run(
+            ["bash", "-c", f"seq {rest} | xargs -P {PARALLEL} -I{{}} {sbatch} -H -Q --wrap true"],
+            env=env,
+            cwd=cwd,
+            check=True,
+            timeout=1800,
+        )
+
+
+def walls(argv: list[str], env: dict, calls: int, expect_lines: int | None = None) -> list[float]:
+    out = []
+    for _ in range(calls):
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, env=env, capture_output=True, timeout=120)
+        out.append(time.monotonic() - t0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} -> {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        lines = proc.stdout.count(b"\n")
+        if expect_lines is not None and lines != expect_lines:
+            raise RuntimeError(f"{' '.join(argv)}: {lines} lines, expected {expect_lines}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--loop", type=int, default=200, help="jobs per shell loop")
+    parser.add_argument("--queue", type=int, default=10000, help="jobs in the queue for squeue")
+    parser.add_argument("--user-jobs", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=20, help="squeue calls per measurement")
+    parser.add_argument("--no-install", action="store_true", help="never run apt-get")
+    opts = parser.parse_args()
+    packages = ensure_packages(not opts.no_install)
+    res: dict[str, dict] = {"spur": {}, "slurm": {}}
+    with tempfile.TemporaryDirectory(prefix="spur-slurm-peer-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)  # the user nobody reads Slurm's config and reaches munged below it
+        work = root / "work"
+        work.mkdir()
+        peer = SlurmPeer(root / "slurm")
+        cluster = ControllerCluster(root / "spur", 3, ip_base=181, name="bench")
+        try:
+            t0 = time.monotonic()
+            peer.start()
+            print(f"slurm up in {time.monotonic() - t0:.1f} s (slurmctld on 127.0.0.1:{peer.ctld_port})", flush=True)
+            cluster.start()
+            leader = cluster.wait_leader(timeout=30)
+            spur_env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+            spur_env.pop("SPUR_CONTROLLER_ADDR", None)
+            spur_env.pop("SLURM_CONF", None)
+            slurm_env = peer.env()
+            sides = {
+                "spur": (str(BIN / "sbatch"), str(BIN / "squeue"), spur_env),
+                "slurm": (str(SLURM_BIN / "sbatch"), str(SLURM_BIN / "squeue"), slurm_env),
+            }
+            for side, (sbatch, _squeue, env) in sides.items():
+                subprocess.run([sbatch, "-Q", "--wrap", "true"], env=env, cwd=work, check=True, timeout=60)  # warm
+                res[side]["loop_jobs_per_s"] = shell_rate(sbatch, opts.loop, env, work)
+                res[side]["parallel_jobs_per_s"] = shell_rate(sbatch, opts.loop * 2, env, work, PARALLEL)
+                print(
+                    f"{side}: sbatch loop {res[side]['loop_jobs_per_s']:.1f} jobs/s, {PARALLEL} loops "
+                    f"{res[side]['parallel_jobs_per_s']:.1f} jobs/s",
+                    flush=True,
+                )
+            # the queue: the same total on both sides
+            t0 = time.monotonic()
+            top_up_held_slurm(peer, opts.queue, opts.user_jobs, work)
+            res["slurm"]["fill_s"] = time.monotonic() - t0
+            spur_have = leader.status()["jobs"]
+            every = max(1, (opts.queue - spur_have) // opts.user_jobs)
+            # as Spur's sbatch would send them: with an environment (Slurm's sbatch -H stores one too)
+            env = common.TYPICAL_ENV
+            script = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\ntrue\n"
+            user_spec = slurm_pb2.JobSpec(
+                name="wrap", script=script, user="nobody", uid=65534, gid=65534, work_dir="/tmp", environment=env
+            )
+            root_spec = slurm_pb2.JobSpec(name="wrap", script=script, user="root", work_dir="/tmp", environment=env)
+            t0 = time.monotonic()
+            common.submit_many(
+                leader.grpc_addr,
+                opts.queue - spur_have,
+                spec_for=lambda i: user_spec if i % every == 0 and i // every < opts.user_jobs else root_spec,
+            )
+            res["spur"]["fill_s"] = time.monotonic() - t0
+            target = leader.status()["commit_index"]
+            wait_until(lambda: all(m.status()["applied_index"] >= target for m in cluster.members), 60, "all applied")
+            counts = {"slurm": peer.job_count(), "spur": leader.status()["jobs"]}
+            print(f"queues: {counts}", flush=True)
+            time.sleep(2)
+            for side, (_sbatch, squeue, env) in sides.items():
+                all_walls = walls([squeue], env, opts.calls, counts[side] + 1)
+                user_walls = walls([squeue, "-u", "nobody"], env, opts.calls, opts.user_jobs + 1)
+                res[side].update(
+                    queue=counts[side],
+                    squeue_all_s=common.summary(all_walls),
+                    squeue_user_s=common.summary(user_walls),
+                    squeue_all_p50_ms=common.pct(all_walls, 50) * 1000,
+                    squeue_all_p99_ms=common.pct(all_walls, 99) * 1000,
+                    squeue_user_p50_ms=common.pct(user_walls, 50) * 1000,
+                )
+                print(
+                    f"{side}: squeue ({counts[side]} jobs) p50 {res[side]['squeue_all_p50_ms']:.0f} ms, "
+                    f"-u nobody p50 {res[side]['squeue_user_p50_ms']:.0f} ms",
+                    flush=True,
+                )
+        except BaseException:
+            for log in sorted((root / "slurm").glob("**/*.log")) + sorted((root / "slurm").glob("*.out")):
+                print(f"----- {log.name}\n{log.read_text(errors='replace')[-3000:]}", flush=True)
+            raise
+        finally:
+            cluster.stop()
+            cleanup_all()
+            peer.stop()
+    sp, sl = res["spur"], res["slurm"]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    rows = [
+        common.row(
+            "slurm_sbatch_loop",
+            "Spur vs Slurm: `sbatch --wrap true` shell loop (jobs/s, ratio Spur/Slurm)",
+            [common.check("ratio", ratio(sp["loop_jobs_per_s"], sl["loop_jobs_per_s"]), None, None, "x", "higher")],
+            detail=f"Spur {sp['loop_jobs_per_s']:.1f} jobs/s, Slurm {sl['loop_jobs_per_s']:.1f} jobs/s",
+        ),
+        common.row(
+            "slurm_sbatch_parallel",
+            f"Spur vs Slurm: {PARALLEL} sbatch loops at once (jobs/s, ratio Spur/Slurm)",
+            [
+                common.check(
+                    "ratio", ratio(sp["parallel_jobs_per_s"], sl["parallel_jobs_per_s"]), None, None, "x", "higher"
+                )
+            ],
+            detail=f"Spur {sp['parallel_jobs_per_s']:.1f} jobs/s, Slurm {sl['parallel_jobs_per_s']:.1f} jobs/s",
+        ),
+        common.row(
+            "slurm_squeue",
+            f"Spur vs Slurm: `squeue` of {opts.queue:,} jobs (wall p50, ratio Spur/Slurm)",
+            [common.check("ratio", ratio(sp["squeue_all_p50_ms"], sl["squeue_all_p50_ms"]), None, None, "x", "lower")],
+            detail=f"Spur {sp['squeue_all_p50_ms']:.0f} ms, Slurm {sl['squeue_all_p50_ms']:.0f} ms (p99 "
+            f"{sp['squeue_all_p99_ms']:.0f} / {sl['squeue_all_p99_ms']:.0f} ms)",
+        ),
+        common.row(
+            "slurm_squeue_user",
+            f"Spur vs Slurm: `squeue -u nobody` ({opts.user_jobs} of {opts.queue:,} jobs; wall p50, ratio)",
+            [
+                common.check(
+                    "ratio", ratio(sp["squeue_user_p50_ms"], sl["squeue_user_p50_ms"]), None, None, "x", "lower"
+                )
+            ],
+            detail=f"Spur {sp['squeue_user_p50_ms']:.0f} ms, Slurm {sl['squeue_user_p50_ms']:.0f} ms",
+        ),
+    ]
+    result = {"packages": packages, "spur": sp, "slurm": sl, "loop_jobs": opts.loop, "parallel": PARALLEL, "rows": rows}
+    path = common.record("slurm_peer", result)
+    common.print_rows(rows)
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()
