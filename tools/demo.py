@@ -27,7 +27,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / ".spur-demo"
+# $SPUR_DEMO_DIR moves everything the demo writes (the tests run it away from a user's own demo).
+DEMO = Path(os.environ.get("SPUR_DEMO_DIR") or ROOT / ".spur-demo")
 BIN = Path(sys.executable).parent
 INVENTORY = ROOT / "inventory" / "local.yml"
 NET = os.environ.get("SPUR_LOCAL_NET", "127.0.1")
@@ -115,11 +116,11 @@ class Watcher(threading.Thread):
             now = time.monotonic()
             for host, ip in CONTROLLERS.items():
                 code, status = probe(f"{ip}:6822", "/status")
-                self.samples[host].append((now, code == 200, status.get("role", ""), status.get("build", "")))
+                self.samples[host].append((now, code == 200, status.get("role", ""), status.get("version", "")))
             for host, ip in AGENTS.items():
                 code, status = probe(f"{ip}:6823", "/status")
                 ready = code == 200 and bool(status.get("registered"))
-                self.samples[host].append((now, ready, "", status.get("build", "")))
+                self.samples[host].append((now, ready, "", status.get("version", "")))
 
     def downtime(self, host: str) -> float:
         total, last_t, last_up = 0.0, None, True
@@ -129,15 +130,16 @@ class Watcher(threading.Thread):
             last_t, last_up = t, up
         return round(total, 2)
 
-    def controller_order(self, target_build: str) -> list[tuple[str, str]]:
-        """(host, role just before it went down for the upgrade), in the order they switched to the target."""
+    def controller_order(self, target_version: str) -> list[tuple[str, str]]:
+        """(host, role just before it went down for the upgrade), in the order they switched to the target.
+        Versions, not builds, tell A from B: both are built from the same tree, so their build hashes match."""
         switched = []
         for host in CONTROLLERS:
             role_before, switch_at = "", None
-            for t, up, role, build in self.samples[host]:
-                if up and build and build != target_build:
+            for t, up, role, version in self.samples[host]:
+                if up and version and version != target_version:
                     role_before = role
-                if up and build == target_build:
+                if up and version == target_version:
                     switch_at = t
                     break
             if switch_at is not None:
@@ -197,7 +199,6 @@ def up() -> int:
     down()
     step("building releases A and B of this tree")
     releases = build_releases()
-    build_b = json.loads((releases["B"] / "release.json").read_text())["build"]
 
     step("deploying release A to 3 controllers + 3 agents (spur.cluster.deploy, inventory/local.yml)")
     if playbook("deploy", "-e", f"spur_release_src={releases['A']}", log=DEMO / "deploy-events.json") != 0:
@@ -242,7 +243,7 @@ def up() -> int:
 
     fields = wait_for(ended, 60, f"job {job_id} to end")
     exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
-    order = watcher.controller_order(build_b)
+    order = watcher.controller_order(VERSIONS["B"])
     leader_last = bool(order) and order[-1][1] == "leader" and all(role != "leader" for _h, role in order[:-1])
     report = {
         "controller_order": [h for h, _role in order],
