@@ -255,6 +255,55 @@ def collapsed_shares(path: Path, needles: list[str]) -> dict[str, object]:
     }
 
 
+def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
+    """The heaviest functions of a py-spy raw (collapsed) file, for the results: by self samples (the frame on
+    top of the stack) and by inclusive samples (anywhere on the stack), each as a share of all samples, with
+    line numbers dropped ("list_jobs (spur_hpc/controller/service.py)"). Empty when the file is missing."""
+    import re
+
+    if not path.exists():
+        return {}
+    frame_re = re.compile(r"^(.*?) \((.*?)(?::\d+)?\)$")
+
+    def name(frame: str) -> str:
+        m = frame_re.match(frame.strip())
+        if not m:
+            return frame.strip()
+        where = m.group(2)
+        for marker in ("site-packages/", "/lib/python3"):
+            if marker in where:
+                where = where.split(marker, 1)[1].lstrip("/")
+                break
+        if "spur_hpc/" in where:
+            where = "spur_hpc/" + where.split("spur_hpc/", 1)[1]
+        return f"{m.group(1)} ({where})"
+
+    total = 0
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        try:
+            count = int(count_text)
+        except ValueError:
+            continue
+        frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread ("))]
+        if not frames:
+            continue
+        total += count
+        names = [name(f) for f in frames]
+        own[names[-1]] = own.get(names[-1], 0) + count
+        for n in set(names):
+            if not n.endswith(("(threading.py)", "(concurrent/futures/thread.py)")):  # on every thread's stack
+                incl[n] = incl.get(n, 0) + count
+
+    def shares(counts: dict[str, int]) -> list[list[object]]:
+        best = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        return [[n, round(c / total, 3)] for n, c in best] if total else []
+
+    return {"file": str(path), "samples": total, "top_self": shares(own), "top_inclusive": shares(incl)}
+
+
 # ---------------------------------------------------------------------------- controller settings for experiments
 
 

@@ -145,6 +145,7 @@ def main() -> None:
             leader = cluster.wait_leader(timeout=30)
             pid = leader.proc.pid
             cpu: dict[str, float] = {}
+            spies = []
 
             def on_window(warmup: float, seconds: float) -> None:
                 # sample the leader's CPU at the window's edges from a helper thread
@@ -158,10 +159,13 @@ def main() -> None:
 
                 threading.Thread(target=sampler, daemon=True).start()
                 if opts.profile:
-                    common.py_spy_start(pid, 0.5 + warmup + seconds, Path(opts.profile), gil=True)
+                    spies.append(common.py_spy_start(pid, 0.5 + warmup + seconds, Path(opts.profile), gil=True))
 
             result = asyncio.run(run(leader.grpc_addr, opts.agents, opts.warmup, opts.seconds, opts.rate, on_window))
             time.sleep(0.5)
+            for spy in spies:
+                if spy is not None:
+                    spy.wait(30)
             leader_cpu = (cpu["c1"] - cpu["c0"]) / (cpu["t1"] - cpu["t0"])
             result["leader_cpu_cores"] = leader_cpu
             still_leader = cluster.wait_leader(timeout=10) is leader
@@ -194,6 +198,8 @@ def main() -> None:
         controller_patches=opts.patch,
         rows=rows,
     )
+    if opts.profile:  # where the leader's Python time went during the window (the thread holding the GIL)
+        result["profile_leader_gil"] = common.profile_summary(Path(opts.profile))
     path = common.record("heartbeats", result)
     common.print_rows(rows)
     print(f"-> {path}")

@@ -195,6 +195,8 @@ def main() -> None:
         "controller_patches": opts.patch,
         "rows": rows,
     }
+    if opts.profile:  # where the leader's Python time went while ListJobs (all) was timed
+        result["profile_leader_gil"] = common.profile_summary(Path(opts.profile))
     path = common.record("squeue", result)
     common.print_rows(rows)
     print(f"-> {path}")

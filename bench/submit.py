@@ -169,6 +169,8 @@ def main() -> None:
         ),
     ]
     result = {"throughput": many, "single": one, "clients": opts.clients, "window_s": opts.seconds}
+    if opts.profile:  # where the leader's Python time went during the window (the thread holding the GIL)
+        result["profile_leader_gil"] = common.profile_summary(Path(opts.profile) / "submit-leader-gil.raw")
     result.update(controller_settings=opts.set, controller_patches=opts.patch, rows=rows)
     path = common.record("submit", result)
     common.print_rows(rows)
