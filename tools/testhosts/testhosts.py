@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -36,10 +37,13 @@ from pathlib import Path
 
 BOOT_TIMEOUT_SECS = 60.0
 # This machine's own services, enabled in its image, that a test host must not start: they would only
-# cost boot time and memory (Debian's PostgreSQL cluster, munge, timers, consoles).
+# cost boot time and memory (Debian's PostgreSQL cluster, timers, consoles).
 WANTS_DIRS = ("multi-user.target.wants", "timers.target.wants", "getty.target.wants", "sysinit.target.wants")
 ALWAYS_MASKED = ("console-getty.service", "getty@tty1.service", "systemd-timesyncd.service", "postgresql.service")
 KEEP = ("machines.target", "remote-fs.target")
+# Services the roles under test enable and start themselves (spur_munge): disabled on a test host, as on a fresh
+# one, but not masked, which would stop the role from starting them.
+DISABLED_NOT_MASKED = ("munge.service",)
 # Interface names are at most 15 bytes; each host gets "<prefix>h<index>" and "<prefix>s<index>".
 MAX_PREFIX = 6
 
@@ -150,6 +154,14 @@ class Lab:
             directory = Path("/etc/systemd/system") / wants
             if directory.is_dir():
                 units.update(u.name for u in directory.iterdir() if u.name not in KEEP)
+                for unit in DISABLED_NOT_MASKED:
+                    if (directory / unit).is_symlink():
+                        # An overlay whiteout (a 0:0 character device) hides the lower layer's "enabled" link.
+                        whiteout = upper / "etc" / "systemd" / "system" / wants / unit
+                        whiteout.parent.mkdir(parents=True, exist_ok=True)
+                        if not whiteout.exists() and not whiteout.is_symlink():
+                            os.mknod(whiteout, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+        units -= set(DISABLED_NOT_MASKED)
         for unit in sorted(units):
             link = upper / "etc" / "systemd" / "system" / unit
             if not link.is_symlink():
