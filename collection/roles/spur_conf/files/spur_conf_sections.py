@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print an existing spur.conf as JSON: its text cut into top-level TOML sections, each kept verbatim.
 
 The spur_conf role rewrites only the sections its caller owns; every other section (site-local [x-*] tables,
