@@ -20,8 +20,8 @@ lint: setup
 	$(BIN)/python tools/gen_module_docs.py --check
 
 # `make test` runs what fits the CI budget (30 minutes on a 2-core machine): lint, unit, integration, faults,
-# docs, the collection (ansible-test sanity included), the tier-2 Molecule deploy scenario (systemd hosts; skipped without root), the tier-1
-# rolling-upgrade scenario and the demo end to end. `make test-molecule` runs the rest of Molecule: the tier-1
+# docs, the collection (ansible-test sanity included), the tier-2 Molecule deploy scenario (systemd hosts;
+# skipped without root), the tier-1 rolling-upgrade scenario and the demo end to end. `make test-molecule` runs the rest of Molecule: the tier-1
 # deploy scenario (its deploy also runs inside the rolling-upgrade scenario and the demo) and the tier-2 rolling
 # upgrade (about 15 more minutes); `make test-sanity` runs only ansible-test sanity on the whole collection.
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
