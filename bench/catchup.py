@@ -45,11 +45,31 @@ def fill(cluster, count: int, chunk: int, rates: list[dict], total_before: int, 
         print(f"  {total_before + done} jobs submitted ({rate:.0f} jobs/s for the last {n})", flush=True)
 
 
-def wait_applied(m, target: int, timeout: float, ready: bool) -> float | None:
+RESPAWNS: list[str] = []
+
+
+def respawn_if_dead(cluster, m) -> None:
+    """Start m again when its process has exited. The ports of the cluster were free when it was built, but this
+    machine is shared: between a member's stop and its start another process can hold one of them for a moment
+    (spurctld then exits at once, "Address already in use"). Every respawn is recorded in the results."""
+    if m.proc is not None and not m.proc.alive():
+        tail = m.proc.log_text().strip().splitlines()[-1:] or [""]
+        if len(RESPAWNS) >= 20:
+            raise RuntimeError(f"controller {m.index} keeps exiting at start: {tail[0]}")
+        RESPAWNS.append(f"controller {m.index}: {tail[0][:200]}")
+        print(f"controller {m.index} exited at start ({tail[0][:200]}); starting it again", flush=True)
+        time.sleep(0.5)
+        cluster.spawn(m)
+
+
+def wait_applied(m, target: int, timeout: float, ready: bool, cluster=None) -> float | None:
     """Poll m until applied_index >= target (and /readyz 200 when ready); returns the monotonic time, or None
-    after timeout (recorded as "not caught up within the deadline")."""
+    after timeout (recorded as "not caught up within the deadline"). With cluster, a member whose process
+    exited is started again (respawn_if_dead)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if cluster is not None:
+            respawn_if_dead(cluster, m)
         try:
             st = m.status()
             if st.get("applied_index", 0) >= target and (not ready or m.probe("/readyz") == 200):
@@ -95,11 +115,17 @@ def restart_all(cluster, patches: list[str], skip=None) -> list[int]:
     cluster.patches = patches
     for m in members:
         cluster.spawn(m)
-    cluster.wait_leader(timeout=300)
-    late = []
     deadline = time.monotonic() + 300
+    while not cluster.leaders():
+        if time.monotonic() > deadline:
+            raise RuntimeError("no leader 300 s after a restart of the controllers")
+        for m in members:
+            respawn_if_dead(cluster, m)
+        time.sleep(0.2)
+    late = []
     for m in members:
         while m.probe("/readyz") != 200:
+            respawn_if_dead(cluster, m)
             if time.monotonic() > deadline:
                 print(f"controller {m.index} not ready 300 s after a restart; going on without it", flush=True)
                 late.append(m.index)
@@ -140,8 +166,8 @@ def restarted_follower(cluster, opts, spec, fill_patches, rates) -> dict:
     t0 = time.monotonic()
     cluster.spawn(follower)
     spy = profile(opts.profile, follower, "catchup-restarted.raw")
-    t1 = wait_applied(follower, target, opts.deadline, ready=False)
-    t2 = wait_applied(follower, target, 60, ready=True) if t1 is not None else None
+    t1 = wait_applied(follower, target, opts.deadline, ready=False, cluster=cluster)
+    t2 = wait_applied(follower, target, 60, ready=True, cluster=cluster) if t1 is not None else None
     stop_profile(spy)
     time.sleep(3.0)
     leader3, term2, _ = leader_facts(cluster)
@@ -175,8 +201,8 @@ def wiped_trial(cluster, opts, trial: int) -> dict:
     t0 = time.monotonic()
     cluster.spawn(victim)
     spy = profile(opts.profile, victim, f"catchup-wiped{trial + 1}.raw")
-    t1 = wait_applied(victim, target, opts.deadline, ready=False)
-    t2 = wait_applied(victim, target, 60, ready=True) if t1 is not None else None
+    t1 = wait_applied(victim, target, opts.deadline, ready=False, cluster=cluster)
+    t2 = wait_applied(victim, target, 60, ready=True, cluster=cluster) if t1 is not None else None
     stop_profile(spy)
     time.sleep(3.0)
     leader2, term2, _ = leader_facts(cluster)
@@ -315,6 +341,9 @@ def main() -> None:
             ),
         ),
     ]
+    if RESPAWNS:
+        for r in rows:
+            r["detail"] += f"; {len(RESPAWNS)} controller start(s) repeated (port taken at start, see respawns)"
     result = {
         "restarted": restarted,
         "wiped": wiped,
@@ -323,6 +352,7 @@ def main() -> None:
         "fill_patches": fill_patches,
         "job_environment": opts.env,
         "idle_cpu_cores_full_state": cpu_full,
+        "respawns": RESPAWNS,
         "controller_settings": opts.set,
         "controller_patches": opts.patch,
         "rows": rows,
