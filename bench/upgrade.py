@@ -128,6 +128,9 @@ class Playbooks:
             # unix sockets live below each host's tree (supervisord's, one per running job): a short path
             SPUR_LOCAL_ROOT=str(root / "h"),
             SPUR_LOCAL_NET=net,
+            # each task's time in the log, and the slowest tasks at the end (slowest_tasks below)
+            ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
+            PROFILE_TASKS_TASK_OUTPUT_LIMIT="25",
         )
         self.env = env
 
@@ -154,6 +157,27 @@ class Playbooks:
 
     def agents(self) -> list[str]:
         return [f"{self.net}.{i}" for i in (11, 12, 13)]
+
+
+def slowest_tasks(log: Path) -> list[list[object]]:
+    """The slowest tasks of a run, from profile_tasks' summary after PLAY RECAP: [[task, seconds], ...]."""
+    import re
+
+    text = log.read_text(errors="replace") if log.exists() else ""
+    summary = text.rpartition("PLAY RECAP")[2]
+    line = re.compile(r"^(?P<task>\S.*?) -+ (?P<secs>\d+(?:\.\d+)?)s\s*$")
+    return [[m["task"], float(m["secs"])] for m in map(line.match, summary.splitlines()) if m]
+
+
+def keep_logs(root: Path) -> Path | None:
+    """The playbooks' logs outlive the run's tree: moved to a directory of their own under /tmp."""
+    logs = root / "logs"
+    if not logs.is_dir():
+        return None
+    kept = Path(tempfile.mkdtemp(prefix="spur-bench-upgrade-logs-", dir="/tmp"))
+    for f in logs.iterdir():
+        shutil.move(str(f), kept / f.name)
+    return kept
 
 
 def sweep(root: Path) -> list[int]:
@@ -398,6 +422,7 @@ def upgrade_run(pb: Playbooks, release: Path, in_place: bool, opts, label: str) 
         "playbook_wall_s": round(wall, 3),
         "playbook_log": str(log),
         "client": client_report(sub, jobs),
+        "slowest_tasks": slowest_tasks(log),
         "probe_downtime_s": {k: round(v, 2) for k, v in watcher.down.items()},
         "probe_down_spells": watcher.spells,
     }
@@ -487,6 +512,7 @@ def main() -> None:
     runs: dict[str, dict] = {}
     errors: list[str] = []
     deploy_s = teardown_s = None
+    kept = None
     try:
         code, deploy_s, _log = pb.run(
             "deploy", "-e", f"spur_release_src={releases['A']}", "-e", json.dumps(KEEP_FINISHED), label="deploy-A"
@@ -508,6 +534,9 @@ def main() -> None:
         left = sweep(root)
         if left:
             say(f"killed {len(left)} leftover process(es) of this run: {left}")
+        kept = keep_logs(root)
+        if kept is not None:
+            say(f"the playbooks' logs: {kept}")
         shutil.rmtree(root, ignore_errors=True)
     if not runs:
         raise SystemExit(f"no upgrade ran: {'; '.join(errors)}")
@@ -525,6 +554,7 @@ def main() -> None:
         "release_build_s": round(build_s, 1),
         "deploy_s": None if deploy_s is None else round(deploy_s, 1),
         "teardown_s": None if teardown_s is None else round(teardown_s, 1),
+        "playbook_logs": str(kept) if kept is not None else None,
         "runs": runs,
         "errors": errors,
         "rows": rows,
