@@ -504,6 +504,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.1, help="pause between two submissions (s)")
     parser.add_argument("--give-up", type=float, default=60.0, help="a submission fails after retrying this long")
     parser.add_argument("--only", choices=["in-place", "drained"], help="one upgrade only (B in place, or C drained)")
+    parser.add_argument(
+        "--record-as",
+        default="upgrade",
+        metavar="NAME",
+        help="write bench/results/NAME.json (a partial or profiling run kept beside the published upgrade.json)",
+    )
     opts = parser.parse_args()
 
     releases, build_s = build_releases()
@@ -559,7 +565,7 @@ def main() -> None:
         "errors": errors,
         "rows": rows,
     }
-    path = common.record("upgrade", result)
+    path = common.record(opts.record_as, result)
     common.print_rows(rows)
     print(f"-> {path}")
 
