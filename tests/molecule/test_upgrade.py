@@ -1,10 +1,14 @@
 """spur.cluster.rolling_upgrade through its Molecule scenario, run the way a user runs it: `molecule test`.
 
-upgrade_local (tier 1): the embedded default (inventory/local.yml: three controllers, three agents as host
+upgrade_local (tier 1, `make test`): the embedded default (inventory/local.yml: three controllers, three agents as host
 aliases on 127.0.x.N under supervisord) deployed at release A, then upgraded by the playbook in every mode; the
 scenario's side_effect.yml lists the cases and checks what an operator would see after each. Here, afterwards,
 the event logs the runs wrote are read again for what matters most (the leader last, nothing lost) and for the
 time the two complete 3+3 upgrades took, waiting on gates and doing work, which the test prints.
+
+upgrade_systemd (tier 2, `make test-molecule`; needs root): six systemd-nspawn hosts in network namespaces; an
+agent's host crashes before the run (refused, then left out with spur_ignore_unreachable_agents), then an
+in-place upgrade under systemd with a job on every node.
 
 The three releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0.
 """
@@ -93,6 +97,9 @@ def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
         SPUR_LOCAL_ROOT=str(short / "h"),
         # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
         SPUR_LOCAL_NET=f"127.{5 + os.getpid() % 50}.{os.getpid() % 250}",
+        # Tier 2's test hosts (tools/testhosts): state and network namespaces of this run's own.
+        SPUR_TESTHOSTS_DIR=str(short / "t"),
+        SPUR_TESTHOSTS_PREFIX=f"su{secrets.token_hex(2)}",
     )
     env.pop("ANSIBLE_CONFIG", None)
     yield env, results
@@ -196,3 +203,24 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     }
     (results / "timings.json").write_text(json.dumps(report, indent=1) + "\n")
     print("\nrolling upgrade timings:\n" + json.dumps(report, indent=1))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tier 2 boots systemd-nspawn hosts in network namespaces: needs root")
+def test_rolling_upgrade_on_systemd_hosts(upgrade_env, tmp_path: Path) -> None:
+    env, results = upgrade_env
+    output, wall = run_scenario("upgrade_systemd", env, tmp_path)
+    assert "[upgrade_systemd > side_effect] Executed: Successful" in output
+    assert "[upgrade_systemd > verify] Executed: Successful" in output
+    refused = event_log(results, "systemd-unreachable-refused")
+    assert refused["status"] == "refused" and not [e for e in refused["events"] if e["kind"] == "work"]
+    ignored = event_log(results, "systemd-unreachable-ignored")
+    assert [role for _host, role in controllers_in_upgrade_order(ignored)] == ["follower", "follower", "leader"]
+    in_place = event_log(results, "systemd-in-place")
+    assert in_place["status"] == "done"
+    report = {
+        "scenario_wall_s": round(wall),
+        "drained_A_to_B (3 controllers + 2 agents, node-2's host down)": timing(ignored),
+        "in_place_B_to_C (3 controllers + 3 agents)": timing(in_place),
+    }
+    (results / "timings-systemd.json").write_text(json.dumps(report, indent=1) + "\n")
+    print("\nrolling upgrade timings (tier 2):\n" + json.dumps(report, indent=1))
