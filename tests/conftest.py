@@ -42,9 +42,9 @@ def make_cluster(tmp_path):
     factory = Factory()
     factory.created = []
     yield factory
+    cleanup_all()  # agents before the controllers they deregister from
     for c in factory.created:
         c.stop()
-    cleanup_all()
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ class Proc:
         if self.popen is None:
             return None
         if self.popen.poll() is None:
-            self.popen.terminate()
+            self.popen.terminate()  # a no-op repeat when stop_all() sent it already
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -252,9 +252,7 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
         return self
 
     def stop(self) -> None:
-        for m in self.members:
-            if m.proc is not None:
-                m.proc.stop()
+        stop_all([m.proc for m in self.members if m.proc is not None])
 
     def kill9(self, i: int) -> None:
         self.members[i].proc.kill9()
@@ -300,12 +298,25 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
 
 
 def cleanup_all() -> None:
-    for proc in list(ALL_PROCS):
+    """Stop every process a test started: agents first, then controllers (as teardown.yml does).
+
+    A spurd stopped after its controllers spends its whole deregister deadline retrying them.
+    """
+    stop_all([p for p in ALL_PROCS if not p.name.startswith("spurctld")], timeout=5)
+    stop_all([p for p in ALL_PROCS if p.name.startswith("spurctld")], timeout=5)
+    ALL_PROCS.clear()
+
+
+def stop_all(procs: list[Proc], timeout: float = 10.0) -> None:
+    """SIGTERM every process first, then wait for each: their shutdowns overlap instead of adding up."""
+    for proc in procs:
+        if proc.alive():
+            proc.popen.terminate()
+    for proc in procs:
         try:
-            proc.stop(timeout=5)
+            proc.stop(timeout)
         except Exception:
             pass
-    ALL_PROCS.clear()
 
 
 def kill_process_tree_group(pid: int) -> None:
