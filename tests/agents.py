@@ -27,7 +27,7 @@ from spur_hpc.stepd.session import (
     session_name,
     write_launch,
 )
-from spur_hpc.stepd.tracking import CGROUP_PARENT, find_cgroup2_mount
+from spur_hpc.stepd.tracking import agent_cgroup_dir, find_cgroup2_mount
 
 LIVE_STATE_DIRS: list[tuple[Path, str]] = []  # (state_dir, node name)
 _NEXT_IP = {"n": 201}
@@ -258,7 +258,7 @@ def kill_leftovers(state_dir: Path, node: str) -> list[int]:
                 pass
     mount = find_cgroup2_mount()
     if mount:
-        node_dir = Path(mount) / CGROUP_PARENT / node
+        node_dir = Path(agent_cgroup_dir(mount, node, str(state_dir)))
         if node_dir.is_dir():
             for cg in node_dir.iterdir():
                 if cg.is_dir():

@@ -176,6 +176,24 @@ def test_cancel_kills_the_whole_tree(tmp_path: Path, work: Path, tracking: str) 
     assert "sending SIGKILL" in sup.log_text(), "the TERM-ignoring script needed the SIGKILL after the grace"
 
 
+@pytest.mark.skipif(not CGROUP, reason="cgroup v2 is not writable here")
+def test_two_agents_with_the_same_node_name_and_job_id_keep_their_own_jobs(tmp_path: Path, work: Path) -> None:
+    """Node names and job ids repeat between clusters on one machine: a second cluster's job 51 on "node-0" must
+    not take the first one's cgroup for a leftover of its own and kill it."""
+    node = unique_node()
+    first = new_session(tmp_path / "cluster-a", node, 51, "sleep 30\n", work_dir=str(work))
+    sup_a = launch_supervisor(first, node)
+    assert sup_a.handshake["ok"], sup_a.handshake
+    second = new_session(tmp_path / "cluster-b", node, 51, "sleep 30\n", work_dir=str(work))
+    sup_b = launch_supervisor(second, node)
+    assert sup_b.handshake["ok"], sup_b.handshake
+    time.sleep(0.5)
+    status_a, status_b = sup_a.call("status"), sup_b.call("status")
+    assert status_a["state"] == status_b["state"] == "running", (status_a, status_b)
+    assert status_a["tracking"] != status_b["tracking"], "each job in a cgroup of its own"
+    assert "earlier run of this attempt" not in sup_b.log_text()
+
+
 def test_time_limit_ends_job_with_timeout(tmp_path: Path, work: Path) -> None:
     node = unique_node()
     session = new_session(tmp_path / "state", node, 47, "sleep 30\n", work_dir=str(work), time_limit_secs=1)

@@ -119,7 +119,8 @@ class Supervisor:
             log.info("job %d: no cgroup2 mount in /proc/mounts; tracking the job by its process tree", self.job_id)
             return ProcessTreeTracker()
         try:
-            tracker = CgroupTracker.create(mount, self.launch["node"], self.job_id, self.attempt)
+            state_dir = os.path.dirname(self.session.path)
+            tracker = CgroupTracker.create(mount, self.launch["node"], state_dir, self.job_id, self.attempt)
         except OSError as exc:
             log.info(
                 "job %d: cannot create a cgroup under %s (%s); tracking the job by its process tree",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import logging
 import os
 import signal
@@ -90,6 +91,17 @@ class Tracker:
         return self.method
 
 
+def agent_cgroup_dir(mount: str, node: str, state_dir: str) -> str:
+    """<mount>/spur/<node>-<8 hex digits of the agent's state directory>: the parent of its jobs' cgroups.
+
+    Job ids and node names repeat between clusters, so two agents on one machine (a second cluster, a test
+    beside a demo) would otherwise share job_<id>_<attempt>, and one would kill the other's job as its own
+    leftover. The agent's state directory is what no two agents on a machine share.
+    """
+    digest = hashlib.sha256(os.path.realpath(state_dir).encode()).hexdigest()[:8]
+    return os.path.join(mount, CGROUP_PARENT, f"{node}-{digest}")
+
+
 class CgroupTracker(Tracker):
     method = "cgroup"
 
@@ -97,9 +109,9 @@ class CgroupTracker(Tracker):
         self.path = path
 
     @classmethod
-    def create(cls, mount: str, node: str, job_id: int, attempt: int) -> CgroupTracker:
-        """mkdir <mount>/spur/<node>/job_<id>_<attempt>; raises OSError when the host does not allow it."""
-        parent = os.path.join(mount, CGROUP_PARENT, node)
+    def create(cls, mount: str, node: str, state_dir: str, job_id: int, attempt: int) -> CgroupTracker:
+        """mkdir <agent_cgroup_dir>/job_<id>_<attempt>; raises OSError when the host does not allow it."""
+        parent = agent_cgroup_dir(mount, node, state_dir)
         os.makedirs(parent, exist_ok=True)
         path = os.path.join(parent, f"job_{job_id}_{attempt}")
         tracker = cls(path)
