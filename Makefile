@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup test test-unit test-molecule test-upgrade test-sanity lint demo demo-down bench bench-slurm clean protos
+.PHONY: setup test test-lane-hosts test-lane-processes test-unit test-molecule test-upgrade test-sanity lint demo demo-down bench bench-slurm clean protos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,20 +19,31 @@ lint: setup
 	$(BIN)/python tools/gen_protos.py --check
 	$(BIN)/python tools/gen_module_docs.py --check
 
-# `make test` runs what fits the CI budget (30 minutes on a 2-core machine): lint, unit, integration, faults,
-# docs, the collection (ansible-test sanity included), the tier-2 Molecule deploy scenario (systemd hosts;
-# skipped without root), the tier-1 rolling-upgrade scenario and the demo end to end. `make test-molecule` runs the rest of Molecule: the tier-1
-# deploy scenario (its deploy also runs inside the rolling-upgrade scenario and the demo) and the tier-2 rolling
-# upgrade (about 15 more minutes); `make test-sanity` runs only ansible-test sanity on the whole collection.
+# `make test` runs everything (lint, unit, integration, faults, docs, the collection with ansible-test sanity, every
+# Molecule scenario of both tiers, the demo end to end) in two lanes at once: most tests wait on real daemons,
+# so a second lane uses the second core instead of doubling the wall time. The host lane holds the tests that
+# boot their own hosts (tier-2 systemd-nspawn hosts in network namespaces; the demo on a loopback block of its
+# own); the process lane the rest. Each lane's output is printed whole when it ends; tier 2 is skipped
+# without root. `make test-molecule`, `make test-upgrade` and `make test-sanity` run parts on their own.
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
 LOCAL_SCENARIO := tests/molecule/test_scenarios.py::test_local_scenario_deploys_converges_and_runs_a_job
+SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
 TIER2_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_on_systemd_hosts
+HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) tests/demo
 test: setup lint
-	$(BIN)/python -m pytest -q --durations=30 tests \
-		--deselect $(LOCAL_SCENARIO) --deselect $(TIER2_UPGRADE)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
+
+test-lane-hosts: setup
+	@echo "== host lane: $(HOST_LANE)"
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 $(HOST_LANE)
+
+test-lane-processes: setup
+	@echo "== process lane: tests/ but the host lane"
+	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo \
+		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE)
 
 test-molecule: setup
-	$(BIN)/python -m pytest -q $(LOCAL_SCENARIO) $(TIER2_UPGRADE)
+	$(BIN)/python -m pytest -q tests/molecule/test_scenarios.py tests/molecule/test_upgrade.py
 
 test-sanity: setup
 	$(BIN)/python -m pytest -q $(SANITY_TEST)

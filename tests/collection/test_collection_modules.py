@@ -227,6 +227,44 @@ def test_drain_wait_timeout_undoes_only_our_drain(fake_cluster, controller, on_t
         assert f"still runs jobs {job}" in result["warnings"][0]
 
 
+def cut_off(controller, monkeypatch, secs: float) -> None:
+    """No controller answers for secs from now (a network blip, seen from the host the module runs on)."""
+    real_call, until = controller.call, time.monotonic() + secs
+
+    def call(method, request, write=False, patience=None):
+        if time.monotonic() < until:
+            raise spur_client.SpurUnreachable("no controller could answer %s (fake: connection refused)" % method)
+        return real_call(method, request, write, patience)
+
+    monkeypatch.setattr(controller, "call", call)
+
+
+def test_drain_wait_outlives_a_short_loss_of_the_controllers(fake_cluster, controller, monkeypatch):
+    controller.add_node("n1")
+    job = controller.start_job("n1")
+    args = node_args(fake_cluster, wait=True, wait_timeout=30)
+    threading.Timer(0.1, cut_off, args=(controller, monkeypatch, 1.5)).start()
+    ender = threading.Timer(1.0, controller.end_job, args=(job,))
+    ender.start()
+    result = run_module(spur_node, args)
+    ender.join()
+    assert not result.get("failed"), result
+    assert result["outcome"] == "drained" and result["node"]["state"] == "DRAINED"
+
+
+def test_drain_wait_fails_clearly_when_the_controllers_stay_away(fake_cluster, controller, monkeypatch):
+    from ansible_collections.spur.cluster.plugins.module_utils import spur_nodes
+
+    monkeypatch.setattr(spur_nodes, "UNREACHABLE_GRACE_SECS", 1.0)
+    controller.add_node("n1")
+    controller.start_job("n1")
+    args = node_args(fake_cluster, wait=True, wait_timeout=30)
+    threading.Timer(0.3, cut_off, args=(controller, monkeypatch, 60)).start()
+    result = run_module(spur_node, args)
+    assert result["failed"]
+    assert "no controller answered for 1 s while waiting on node n1" in result["msg"], result["msg"]
+
+
 def test_drain_wait_timeout_keeps_an_operators_drain(fake_cluster, controller):
     controller.add_node("n1")
     controller.start_job("n1")

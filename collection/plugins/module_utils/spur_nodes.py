@@ -14,9 +14,12 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
     SpurNotFound,
     SpurRefused,
     SpurTimeout,
+    SpurUnreachable,
 )
 
 POLL_SECS = 0.5
+# A wait outlives a short loss of the controllers (a network blip, an election); longer than this, it fails.
+UNREACHABLE_GRACE_SECS = 30.0
 IN_SERVICE_STATES = ("IDLE", "MIXED", "ALLOCATED")
 
 
@@ -127,8 +130,21 @@ class NodeStateChange:
             if self.clock() >= deadline:
                 return self.busy_after_wait(node, drained_now)
             self.sleep(POLL_SECS)
-            node = self.connection.get_node(self.name)
+            node = self.poll_node()
         return dict(changed=drained_now, node=node)
+
+    def poll_node(self) -> dict:
+        """The node as the controllers see it now; while none answers, the last view, for UNREACHABLE_GRACE_SECS."""
+        since = None
+        while True:
+            try:
+                return self.connection.get_node(self.name)
+            except SpurUnreachable as exc:
+                since = self.clock() if since is None else since
+                if self.clock() - since >= UNREACHABLE_GRACE_SECS:
+                    raise SpurUnreachable("%s; no controller answered for %.0f s while waiting on node %s" % (
+                        exc, UNREACHABLE_GRACE_SECS, self.name)) from None
+                self.sleep(POLL_SECS)
 
     def busy_after_wait(self, node: dict, drained_now: bool) -> dict:
         action = self.params["on_timeout"]
@@ -204,7 +220,7 @@ class NodeStateChange:
                         self.params["wait_timeout"]),
                     override="wait_timeout", details=dict(result, node=node, name=self.name))
             self.sleep(POLL_SECS)
-            node = self.connection.get_node(self.name)
+            node = self.poll_node()
         return dict(result, node=node)
 
     # ---------------------------------------------------------------- down
