@@ -286,3 +286,23 @@ def test_fetch_over_http_verifies_what_it_downloads(tmp_path: Path) -> None:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # keep test output clean
         pass
+
+
+def test_an_install_waits_for_another_one_into_the_same_prefix(tmp_path: Path) -> None:
+    """Hosts sharing one prefix (NFS) install at once: the second waits for the first, then finds it current."""
+    import fcntl
+
+    prefix = tmp_path / "opt" / "spur"
+    prefix.mkdir(parents=True)
+    other = open(prefix / ".lock", "w")  # another installer (a separate open file: flock blocks us)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    said: list[str] = []
+    with pytest.raises(ReleaseError, match="still installing into .* after 0 s"):
+        with install.prefix_lock(prefix, wait=0.3, log=said.append):
+            pass
+    threading.Timer(0.5, other.close).start()  # closing the file drops its lock
+    started = time.monotonic()
+    with install.prefix_lock(prefix, wait=10, log=said.append):
+        waited = time.monotonic() - started
+    assert 0.3 < waited < 5
+    assert said and "waiting for another spur-release" in said[0]

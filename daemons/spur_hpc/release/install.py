@@ -32,6 +32,8 @@ from spur_hpc.release.manifest import WHEELS_DIR, ReleaseError, ReleaseInfo, ver
 
 MARKER = "spur-release.json"
 DEFAULT_PREFIX = "/opt/spur"
+# How long an install waits for another one into the same prefix (hosts sharing it over NFS install at once).
+LOCK_WAIT_SECS = 600.0
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,26 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextmanager
-def prefix_lock(prefix: Path) -> Iterator[None]:
+def prefix_lock(prefix: Path, wait: float = LOCK_WAIT_SECS, log: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold PREFIX/.lock; wait up to `wait` seconds for another install (hosts sharing one prefix over NFS)."""
     prefix.mkdir(parents=True, exist_ok=True)
     with open(prefix / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ReleaseError(f"another spur-release is installing into {prefix}; wait for it to finish") from None
+        deadline = time.monotonic() + wait
+        said = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ReleaseError(
+                        f"another spur-release is still installing into {prefix} after {wait:.0f} s; "
+                        "wait for it to finish"
+                    ) from None
+                if not said:
+                    log(f"waiting for another spur-release installing into {prefix}")
+                    said = True
+                time.sleep(0.2)
         yield
 
 
@@ -187,7 +202,7 @@ def install_release(
     info = verify(release_dir)  # before anything changes on disk
     _check_python(python, info)
     _check_links(bin_dir, prefix, info.commands)
-    with prefix_lock(prefix):
+    with prefix_lock(prefix, log=log):
         current = link_target(prefix / "current")
         if current == info.release_id and installed_info(prefix, current) is not None:
             _link_commands(bin_dir, prefix, info.commands)
@@ -256,7 +271,7 @@ def _prune(prefix: Path, log: Callable[[str], None]) -> None:
 def rollback(prefix: Path = Path(DEFAULT_PREFIX), log: Callable[[str], None] = print) -> tuple[str, str]:
     """Make the previous release current again; -> (from, to)."""
     prefix = Path(prefix).absolute()
-    with prefix_lock(prefix):
+    with prefix_lock(prefix, log=log):
         current = link_target(prefix / "current")
         previous = link_target(prefix / "previous")
         if not previous or installed_info(prefix, previous) is None:
