@@ -108,9 +108,10 @@ def build_releases() -> tuple[dict[str, Path], float]:
 class Playbooks:
     """ansible-playbook spur.cluster.<name> on inventory/local.yml, in an environment of this run's own."""
 
-    def __init__(self, root: Path, net: str) -> None:
+    def __init__(self, root: Path, net: str, inventory: Path = INVENTORY) -> None:
         self.root = root
         self.net = net
+        self.inventory = inventory
         collections = root / "c" / "ansible_collections" / "spur"
         collections.mkdir(parents=True)
         (collections / "cluster").symlink_to(common.ROOT / "collection")
@@ -136,7 +137,7 @@ class Playbooks:
 
     def run(self, name: str, *extra: str, label: str, timeout: float = 1800) -> tuple[int, float, Path]:
         log = self.logs / f"{label}.log"
-        argv = [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), f"spur.cluster.{name}", *extra]
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), f"spur.cluster.{name}", *extra]
         say(f"{label}: {' '.join(argv[1:])} (output: {log})")
         t0 = time.monotonic()
         with open(log, "w") as out:

@@ -6,11 +6,12 @@ scenario's side_effect.yml lists the cases and checks what an operator would see
 the event logs the runs wrote are read again for what matters most (the leader last, nothing lost) and for the
 time the two complete 3+3 upgrades took, waiting on gates and doing work, which the test prints.
 
-upgrade_systemd (tier 2, `make test-molecule`; needs root): six systemd-nspawn hosts in network namespaces; an
-agent's host crashes before the run (refused, then left out with spur_ignore_unreachable_agents), then an
-in-place upgrade under systemd with a job on every node.
+upgrade_systemd (tier 2, `make test`; needs root): six systemd-nspawn hosts in network namespaces; an
+agent's host crashes before the run (refused, then left out with spur_ignore_unreachable_agents); an in-place
+upgrade under systemd with a job on every node, interrupted with Ctrl-C in each phase and run again; a drained
+upgrade during which a draining node's network drops and the next node's host crashes mid-install, run again.
 
-The three releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0.
+The releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0, D 0.4.0.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SCENARIO_TIMEOUT_SECS = 1800
-VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0"}
+VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0", "D": "0.4.0"}
 PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executing")
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def require_tools() -> None:
 
 @pytest.fixture(scope="session")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Releases A, B and C of this tree, built once (spur-release build, as an administrator does)."""
+    """Releases A to D of this tree, built once (spur-release build, as an administrator does)."""
     require_tools()
     base = tmp_path_factory.mktemp("upgrade-releases")
     built = {}
@@ -93,6 +94,7 @@ def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
         SPUR_RELEASE_A=str(releases["A"]),
         SPUR_RELEASE_B=str(releases["B"]),
         SPUR_RELEASE_C=str(releases["C"]),
+        SPUR_RELEASE_D=str(releases["D"]),
         SPUR_UPGRADE_RESULTS=str(results),
         SPUR_LOCAL_ROOT=str(short / "h"),
         # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
@@ -217,10 +219,21 @@ def test_rolling_upgrade_on_systemd_hosts(upgrade_env, tmp_path: Path) -> None:
     assert [role for _host, role in controllers_in_upgrade_order(ignored)] == ["follower", "follower", "leader"]
     in_place = event_log(results, "systemd-in-place")
     assert in_place["status"] == "done"
+    # Ctrl-C in each phase: every interrupted run left an event log but the one cut short in the guard rails.
+    for phase in ("controllers", "wal", "agents", "verify"):
+        assert event_log(results, f"systemd-interrupted-{phase}")["status"] == "running", phase
+    # C to D: node-0 went through its network drop; node-1's host crashed mid-install; the re-run finished.
+    faults = event_log(results, "systemd-faults")
+    assert {h["host"]: h["outcome"] for h in faults["hosts"]}.get("node-0") == "upgraded"
+    rerun = event_log(results, "systemd-faults-rerun")
+    assert rerun["status"] == "done"
+    assert sorted(h["host"] for h in rerun["hosts"] if h["outcome"] == "upgraded") == ["node-1", "node-2"]
     report = {
         "scenario_wall_s": round(wall),
         "drained_A_to_B (3 controllers + 2 agents, node-2's host down)": timing(ignored),
-        "in_place_B_to_C (3 controllers + 3 agents)": timing(in_place),
+        "in_place_B_to_C (3 controllers + 3 agents, the last of six runs)": timing(in_place),
+        "drained_C_to_D (network drop on node-0, node-1's host crashed mid-install)": timing(faults),
+        "drained_C_to_D re-run (node-1, node-2)": timing(rerun),
     }
     (results / "timings-systemd.json").write_text(json.dumps(report, indent=1) + "\n")
     print("\nrolling upgrade timings (tier 2):\n" + json.dumps(report, indent=1))
