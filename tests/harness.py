@@ -27,6 +27,9 @@ ALL_PROCS: list[Proc] = []
 _IP_BLOCK = {"next": 1}
 
 
+STARTUP_LEADER_SECS = 40.0
+
+
 def next_ip_base(count: int) -> int:
     """Hand every cluster of the session its own 127.0.1.N addresses (agents use 201-250)."""
     base = _IP_BLOCK["next"]
@@ -248,7 +251,13 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
         for i in indices if indices is not None else range(len(self.members)):
             self.spawn(self.members[i])
         if wait:
-            self.wait_leader()
+            try:
+                # A first election on 2 cores shared with the other test lane can take a while.
+                self.wait_leader(timeout=STARTUP_LEADER_SECS)
+            except AssertionError as exc:
+                alive = ", ".join(f"{m.proc.name} {'running' if m.proc.alive() else 'exited'}"
+                                  for m in self.members if m.proc is not None)
+                raise AssertionError(f"{exc} ({alive})\n{self.logs()}") from None
         return self
 
     def stop(self) -> None:
