@@ -22,14 +22,15 @@ lint: setup
 # `make test` runs everything (lint, unit, integration, faults, docs, the collection with ansible-test sanity, every
 # Molecule scenario of both tiers, the demo end to end) in two lanes at once: most tests wait on real daemons,
 # so a second lane uses the second core instead of doubling the wall time. The host lane holds the tests that
-# boot their own hosts (tier-2 systemd-nspawn hosts in network namespaces; the demo on a loopback block of its
-# own); the process lane the rest. Each lane's output is printed whole when it ends; tier 2 is skipped
-# without root. `make test-molecule`, `make test-upgrade` and `make test-sanity` run parts on their own.
+# boot their own hosts (tier-2 systemd-nspawn hosts in network namespaces; the tier-1 deploy scenario and the
+# demo, each on a loopback block of its own); the process lane the rest, which takes about as long. Each lane's
+# output is printed whole when it ends; tier 2 is skipped without root. `make test-molecule`, `make test-upgrade`
+# and `make test-sanity` run parts on their own.
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
 LOCAL_SCENARIO := tests/molecule/test_scenarios.py::test_local_scenario_deploys_converges_and_runs_a_job
 SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
 TIER2_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_on_systemd_hosts
-HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) tests/demo
+HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(LOCAL_SCENARIO) tests/demo
 test: setup lint
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
 
@@ -40,7 +41,7 @@ test-lane-hosts: setup
 test-lane-processes: setup
 	@echo "== process lane: tests/ but the host lane"
 	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo \
-		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE)
+		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE) --deselect $(LOCAL_SCENARIO)
 
 test-molecule: setup
 	$(BIN)/python -m pytest -q tests/molecule/test_scenarios.py tests/molecule/test_upgrade.py
