@@ -285,8 +285,29 @@ class Lab:
         disks = self.data.get("disks")
         if disks and os.path.ismount(disks):
             run("umount", "-l", disks, check=False)
+        self.release_leftovers()
         if self.dir.exists():
             shutil.rmtree(self.dir)
+
+    def release_leftovers(self) -> None:
+        """What a run killed half-way may leave without a record: machines and mounts under DIR. A host's root is
+        an overlay over this machine's "/", so nothing may be deleted under DIR while one is still mounted."""
+        prefix = str(self.dir.resolve()) + "/"
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if argv and argv[0].endswith(b"systemd-nspawn") and any(a.startswith(prefix.encode()) for a in argv):
+                    try:
+                        os.kill(int(entry), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            points = [line.split()[1] for line in mounts]
+        for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+            run("umount", "-l", point, check=False)
 
     # ------------------------------------------------------------------------------------------ helpers
 
