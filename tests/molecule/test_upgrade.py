@@ -105,6 +105,10 @@ def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
     )
     env.pop("ANSIBLE_CONFIG", None)
     yield env, results
+    # A scenario stopped before its destroy leaves test hosts whose roots are overlays over "/": stop them and
+    # unmount first, or the rmtree below walks this machine's whole file system through them.
+    subprocess.run([sys.executable, str(REPO / "tools" / "testhosts" / "testhosts.py"), "--dir", str(short / "t"),
+                    "destroy"], capture_output=True, timeout=300, check=False)
     shutil.rmtree(short, ignore_errors=True)
 
 

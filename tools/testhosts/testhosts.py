@@ -293,6 +293,13 @@ class Lab:
         """What a run killed half-way may leave without a record: machines and mounts under DIR. A host's root is
         an overlay over this machine's "/", so nothing may be deleted under DIR while one is still mounted."""
         prefix = str(self.dir.resolve()) + "/"
+        for pid_file in self.dir.glob("*.pid") if self.dir.is_dir() else ():
+            try:
+                pid = int(pid_file.read_text().strip())
+                if os.readlink(f"/proc/{pid}/root").startswith(prefix):  # a machine's PID 1, not a reused pid
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
