@@ -252,6 +252,14 @@ def test_drain_wait_outlives_a_short_loss_of_the_controllers(fake_cluster, contr
     assert result["outcome"] == "drained" and result["node"]["state"] == "DRAINED"
 
 
+def test_drain_outlives_a_loss_of_the_controllers_from_its_start(fake_cluster, controller, monkeypatch):
+    controller.add_node("n1")
+    cut_off(controller, monkeypatch, 1.5)
+    result = run_module(spur_node, node_args(fake_cluster, wait=True, wait_timeout=30))
+    assert not result.get("failed"), result
+    assert result["outcome"] == "drained" and result["node"]["state"] == "DRAINED"
+
+
 def test_drain_wait_fails_clearly_when_the_controllers_stay_away(fake_cluster, controller, monkeypatch):
     from ansible_collections.spur.cluster.plugins.module_utils import spur_nodes
 

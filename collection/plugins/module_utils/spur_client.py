@@ -524,6 +524,13 @@ class SpurConnection:
             self._view = probe_controllers(self.params)
         return self._view
 
+    def forget(self) -> None:
+        """Drop what discovery found, so that the next call probes the controllers again (after an outage)."""
+        if self._rpc is not None:
+            self._rpc.close()
+        self._rpc = None
+        self._view = None
+
     def rpc(self) -> ControllerRpc:
         if self._rpc is None:
             require_grpc()

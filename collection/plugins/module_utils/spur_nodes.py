@@ -82,7 +82,7 @@ class NodeStateChange:
     def run(self) -> dict:
         try:
             try:
-                before = self.connection.get_node(self.name)
+                before = self.poll_node()
             except SpurNotFound:
                 if self.params["allow_missing"]:
                     return dict(changed=False, name=self.name, outcome="gone", drained_before=False,
@@ -140,6 +140,7 @@ class NodeStateChange:
             try:
                 return self.connection.get_node(self.name)
             except SpurUnreachable as exc:
+                self.connection.forget()  # probe again: the outage may have hidden every controller
                 since = self.clock() if since is None else since
                 if self.clock() - since >= UNREACHABLE_GRACE_SECS:
                     raise SpurUnreachable("%s; no controller answered for %.0f s while waiting on node %s" % (
