@@ -134,7 +134,7 @@ class NodeStateChange:
         return dict(changed=drained_now, node=node)
 
     def poll_node(self) -> dict:
-        """The node as the controllers see it now; while none answers, the last view, for UNREACHABLE_GRACE_SECS."""
+        """The node as the controllers see it now; while none answers, probe again for up to UNREACHABLE_GRACE_SECS."""
         since = None
         while True:
             try:
