@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -53,10 +54,28 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
     )
 
 
+# Test daemons get ports below the kernel's ephemeral range (32768-60999 here): a port the kernel hands
+# out for bind(0) can be handed out again, to this session or to any other process, in the second
+# before the daemon binds it (CI saw a controller's raft port taken that way).
+TEST_PORTS = range(10000, 32768)
+_HANDED_OUT: set[tuple[str, int]] = set()
+_PORT_RNG = random.Random(os.getpid())  # two test lanes at once start from different ports
+
+
 def free_port(ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
+    """A port on `ip` that nothing listens on and that this session has not handed out before."""
+    for _ in range(1000):
+        port = _PORT_RNG.choice(TEST_PORTS)
+        if (ip, port) in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((ip, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add((ip, port))
+        return port
+    raise AssertionError(f"no free test port on {ip} in {TEST_PORTS.start}-{TEST_PORTS.stop - 1} after 1000 tries")
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:

@@ -24,7 +24,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -34,6 +33,8 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 from psycopg import sql
+
+from harness import free_port
 
 PG_BIN_DIRS = ("/usr/local/bin", "/usr/lib/postgresql/15/bin")
 APP_USER = "spur"
@@ -51,12 +52,6 @@ def pg_binary(name: str) -> str:
         return found
     pytest.skip(f"PostgreSQL's {name} is not installed (looked in {', '.join(PG_BIN_DIRS)} and PATH)")
     raise AssertionError("unreachable")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -99,7 +94,7 @@ class PostgresServer:
         # A short path under /tmp: unix socket paths are limited to 107 bytes.
         base = tempfile.mkdtemp(prefix="spur-pg-", dir="/tmp")
         os.chmod(base, 0o755)  # the unprivileged server user must traverse it
-        server = cls(base, free_port(), fsync=fsync)
+        server = cls(base, free_port("127.0.0.1"), fsync=fsync)
         try:
             server._initdb()
             server.start()
