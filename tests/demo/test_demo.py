@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from playbook_runs import failure_tail, run_logged
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_SECS = 1500
 
@@ -37,18 +39,8 @@ def test_demo_runs_end_to_end_and_reports_the_job_that_survived(tmp_path: Path) 
     env.pop("ANSIBLE_CONFIG", None)
     log = tmp_path / "demo.log"
     try:
-        with open(log, "w") as out:
-            done = subprocess.run(
-                [sys.executable, str(REPO / "tools" / "demo.py"), "up"],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=DEMO_TIMEOUT_SECS,
-                check=False,
-            )
-        output = log.read_text(errors="replace")
-        assert done.returncode == 0, f"the demo exited {done.returncode}:\n" + "\n".join(output.splitlines()[-120:])
+        code, output = run_logged([sys.executable, str(REPO / "tools" / "demo.py"), "up"], log, env, DEMO_TIMEOUT_SECS)
+        assert code == 0, f"the demo exited {code} (full log: {log}):\n{failure_tail(output)}"
         # Progress was visible while it ran: the steps and the hosts the playbooks worked on.
         for shown in ("==> [", "deploying release A", "rolling upgrade to release B", "ctl-0", "node-2"):
             assert shown in output, shown

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbook_runs import collections_path
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -51,10 +53,7 @@ def served(index: Path):
 
 def install(location: str, tmp_path: Path) -> list[dict]:
     """Run spur_install twice on this machine; -> the play recap of each run (ok, changed, failed)."""
-    collections = tmp_path / "collections" / "ansible_collections" / "spur"
-    collections.mkdir(parents=True, exist_ok=True)
-    if not (collections / "cluster").exists():
-        (collections / "cluster").symlink_to(REPO / "collection")
+    collections = collections_path(tmp_path)
     root = tmp_path / "host"
     playbook = tmp_path / "install.yml"
     playbook.write_text(
@@ -82,7 +81,7 @@ def install(location: str, tmp_path: Path) -> list[dict]:
     )
     env = dict(
         os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
         ANSIBLE_HOME=str(tmp_path / "ansible-home"),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbook_runs import collections_path
+
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "collection" / "roles"
 OUR_ROLES = sorted(
@@ -118,9 +120,7 @@ SECTIONS = [
 def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Run spur_conf once per case in one playbook; -> case name -> the file it wrote."""
     tmp = tmp_path_factory.mktemp("spur_conf")
-    collections = tmp / "collections" / "ansible_collections" / "spur"
-    collections.mkdir(parents=True)
-    (collections / "cluster").symlink_to(REPO / "collection")
+    collections = collections_path(tmp)
     cases = {
         "new": (None, False),
         "kept": (SITE_CONF, False),
@@ -160,7 +160,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     env = dict(
         os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(tmp / "collections"),
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
         ANSIBLE_HOME=str(tmp / "ansible-home"),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_FORCE_COLOR="0",
@@ -222,9 +222,7 @@ def test_every_role_variable_is_in_the_deployment_guide(role: str) -> None:
 @pytest.mark.parametrize("inventory", ["hosts.example.ini", "hosts.ha.example.ini", "local.yml"])
 def test_the_example_inventories_describe_clusters_spur_can_run(inventory: str, tmp_path: Path) -> None:
     """The topology role needs no connection: it computes every address from the inventory alone."""
-    collections = tmp_path / "collections" / "ansible_collections" / "spur"
-    collections.mkdir(parents=True)
-    (collections / "cluster").symlink_to(REPO / "collection")
+    collections = collections_path(tmp_path)
     out = tmp_path / "topology.json"
     playbook = tmp_path / "topology.yml"
     playbook.write_text(yaml.safe_dump([{
@@ -236,7 +234,7 @@ def test_the_example_inventories_describe_clusters_spur_can_run(inventory: str, 
              "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         ],
     }]))  # fmt: skip
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_HOME=str(tmp_path / "h"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_HOME=str(tmp_path / "h"))
     ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
     done = subprocess.run(
         [ansible_playbook, "-i", str(REPO / "inventory" / inventory), str(playbook)],

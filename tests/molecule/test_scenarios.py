@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+from playbook_runs import run_molecule
+
 SCENARIO_TIMEOUT_SECS = 900
 # The phases' run times as profile_tasks prints them at the end of each playbook.
 PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executing")
@@ -47,24 +44,8 @@ def phase_times(output: str) -> dict[str, str]:
 
 
 def run_scenario(name: str, env: dict[str, str], tmp_path: Path) -> str:
-    log = tmp_path / f"molecule-{name}.log"
-    started = time.monotonic()
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [str(VENV_BIN / "molecule"), "test", "--scenario-name", name],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=SCENARIO_TIMEOUT_SECS,
-            check=False,
-        )
-    output = log.read_text(errors="replace")
-    if done.returncode != 0:
-        tail = "\n".join(output.splitlines()[-150:])
-        pytest.fail(f"molecule test -s {name} exited {done.returncode} (full log: {log})\n{tail}", pytrace=False)
-    times = phase_times(output)
-    print(f"\nmolecule {name}: {time.monotonic() - started:.0f} s in all; phases {times}")
+    output, secs = run_molecule(name, env, tmp_path, SCENARIO_TIMEOUT_SECS)
+    print(f"\nmolecule {name}: {secs:.0f} s in all; phases {phase_times(output)}")
     return output
 
 

@@ -20,16 +20,12 @@ import json
 import os
 import re
 import secrets
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+from playbook_runs import ansible_env, build_release, require_tools, run_molecule, scratch_hosts
+
 SCENARIO_TIMEOUT_SECS = 1800
 VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0", "D": "0.4.0"}
 PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executing")
@@ -37,99 +33,32 @@ PHASE_LINE = re.compile(r"INFO\s+\[(?P<scenario>\w+) > (?P<phase>\w+)\] Executin
 pytestmark = pytest.mark.slow
 
 
-def require_tools() -> None:
-    missing = [tool for tool in ("molecule", "ansible-playbook", "spur-release") if not (VENV_BIN / tool).exists()]
-    probe = subprocess.run(
-        [sys.executable, "-c", "import ansible_collections.community.general"], capture_output=True, check=False
-    )
-    if probe.returncode != 0:
-        missing.append("the community.general collection")
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} missing from {VENV_BIN.parent}; install them with "
-            f"{VENV_BIN / 'pip'} install 'ansible>=12,<13' molecule molecule-plugins",
-            pytrace=False,
-        )
-
-
 @pytest.fixture(scope="session")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Releases A to D of this tree, built once (spur-release build, as an administrator does)."""
     require_tools()
     base = tmp_path_factory.mktemp("upgrade-releases")
-    built = {}
-    for name, version in VERSIONS.items():
-        out = base / name
-        subprocess.run(
-            [str(VENV_BIN / "spur-release"), "build", "--version", version, "--source", str(REPO), "--out", str(out)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        built[name] = out
-    return built
+    return {name: build_release(version, base / name) for name, version in VERSIONS.items()}
 
 
 @pytest.fixture
 def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
     """Environment for one `molecule test`: scratch HOME, the collection path, short host paths, the releases."""
-    collections = tmp_path / "collections" / "ansible_collections" / "spur"
-    collections.mkdir(parents=True)
-    (collections / "cluster").symlink_to(REPO / "collection")
-    home = tmp_path / "home"
-    home.mkdir()
     results = tmp_path / "results"
     results.mkdir()
-    # Unix sockets live under each host's tree (supervisord's, one per running job): keep that path short.
-    short = Path(f"/tmp/spu-{secrets.token_hex(3)}")
-    short.mkdir()
-    env = dict(os.environ)
-    env.update(
-        HOME=str(home),
-        ANSIBLE_HOME=str(home / ".ansible"),
-        ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
-        ANSIBLE_FORCE_COLOR="0",
-        PY_COLORS="0",
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        SPUR_RELEASE_A=str(releases["A"]),
-        SPUR_RELEASE_B=str(releases["B"]),
-        SPUR_RELEASE_C=str(releases["C"]),
-        SPUR_RELEASE_D=str(releases["D"]),
-        SPUR_UPGRADE_RESULTS=str(results),
-        SPUR_LOCAL_ROOT=str(short / "h"),
-        # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
-        SPUR_LOCAL_NET=f"127.{5 + os.getpid() % 50}.{os.getpid() % 250}",
-        # Tier 2's test hosts (tools/testhosts): state and network namespaces of this run's own.
-        SPUR_TESTHOSTS_DIR=str(short / "t"),
-        SPUR_TESTHOSTS_PREFIX=f"su{secrets.token_hex(2)}",
-    )
-    env.pop("ANSIBLE_CONFIG", None)
-    yield env, results
-    # A scenario stopped before its destroy leaves test hosts whose roots are overlays over "/": stop them and
-    # unmount first, or the rmtree below walks this machine's whole file system through them.
-    subprocess.run([sys.executable, str(REPO / "tools" / "testhosts" / "testhosts.py"), "--dir", str(short / "t"),
-                    "destroy"], capture_output=True, timeout=300, check=False)
-    shutil.rmtree(short, ignore_errors=True)
-
-
-def run_scenario(name: str, env: dict[str, str], tmp_path: Path) -> tuple[str, float]:
-    log = tmp_path / f"molecule-{name}.log"
-    started = time.monotonic()
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [str(VENV_BIN / "molecule"), "test", "--scenario-name", name],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=SCENARIO_TIMEOUT_SECS,
-            check=False,
+    with scratch_hosts("spu") as short:
+        env = ansible_env(
+            tmp_path,
+            **{f"SPUR_RELEASE_{name}": str(path) for name, path in releases.items()},
+            SPUR_UPGRADE_RESULTS=str(results),
+            SPUR_LOCAL_ROOT=str(short / "h"),
+            # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
+            SPUR_LOCAL_NET=f"127.{5 + os.getpid() % 50}.{os.getpid() % 250}",
+            # Tier 2's test hosts (tools/testhosts): state and network namespaces of this run's own.
+            SPUR_TESTHOSTS_DIR=str(short / "t"),
+            SPUR_TESTHOSTS_PREFIX=f"su{secrets.token_hex(2)}",
         )
-    output = log.read_text(errors="replace")
-    if done.returncode != 0:
-        tail = "\n".join(output.splitlines()[-150:])
-        pytest.fail(f"molecule test -s {name} exited {done.returncode} (full log: {log})\n{tail}", pytrace=False)
-    return output, time.monotonic() - started
+        yield env, results
 
 
 def event_log(results: Path, case: str) -> dict:
@@ -159,7 +88,7 @@ def timing(log: dict) -> dict:
 
 def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     env, results = upgrade_env
-    output, wall = run_scenario("upgrade_local", env, tmp_path)
+    output, wall = run_molecule("upgrade_local", env, tmp_path, SCENARIO_TIMEOUT_SECS)
     assert "[upgrade_local > side_effect] Executed: Successful" in output
     assert "[upgrade_local > verify] Executed: Successful" in output
 
@@ -214,7 +143,7 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="tier 2 boots systemd-nspawn hosts in network namespaces: needs root")
 def test_rolling_upgrade_on_systemd_hosts(upgrade_env, tmp_path: Path) -> None:
     env, results = upgrade_env
-    output, wall = run_scenario("upgrade_systemd", env, tmp_path)
+    output, wall = run_molecule("upgrade_systemd", env, tmp_path, SCENARIO_TIMEOUT_SECS)
     assert "[upgrade_systemd > side_effect] Executed: Successful" in output
     assert "[upgrade_systemd > verify] Executed: Successful" in output
     refused = event_log(results, "systemd-unreachable-refused")

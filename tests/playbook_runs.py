@@ -1,0 +1,124 @@
+"""What the tests that run the playbooks as a user does (Molecule scenarios, the demo) share.
+
+- `require_tools`: molecule, ansible-playbook, spur-release and the collections are installed, or one line on
+  how to install them.
+- `build_release`: `spur-release build`, as an administrator does.
+- `scratch_hosts`: a short directory under /tmp for the hosts' trees (unix socket paths must stay short), and
+  afterwards the test hosts destroyed before it is deleted.
+- `collections_path` / `ansible_env`: this checkout's collection as spur.cluster; an isolated Ansible
+  environment (scratch HOME).
+- `run_logged` / `run_molecule`: a command whose output goes to a log file, failing with the log's tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+FAILURE_TAIL_LINES = 150
+
+
+def require_tools(collections: tuple[str, ...] = ("community.general",)) -> None:
+    """Molecule and the collections a scenario uses must be installed; say how when they are not."""
+    missing = [tool for tool in ("molecule", "ansible-playbook", "spur-release") if not (VENV_BIN / tool).exists()]
+    imports = ", ".join(f"ansible_collections.{name}" for name in collections)
+    probe = subprocess.run([sys.executable, "-c", f"import {imports}"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        missing.append(f"the {' and '.join(collections)} collection{'s' if len(collections) > 1 else ''}")
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing from {VENV_BIN.parent}; install them with "
+            f"{VENV_BIN / 'pip'} install 'ansible>=12,<13' molecule molecule-plugins",
+            pytrace=False,
+        )
+
+
+def build_release(version: str, out: Path) -> Path:
+    subprocess.run(
+        [str(VENV_BIN / "spur-release"), "build", "--version", version, "--source", str(REPO), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+@contextlib.contextmanager
+def scratch_hosts(prefix: str) -> Iterator[Path]:
+    """/tmp/<prefix>-<hex>: short, because unix sockets live under each host's tree (one per running job)."""
+    short = Path(f"/tmp/{prefix}-{secrets.token_hex(3)}")
+    short.mkdir()
+    try:
+        yield short
+    finally:
+        # A scenario stopped before its destroy leaves test hosts whose roots are overlays over "/": stop them and
+        # unmount first, or the rmtree below walks this machine's whole file system through them.
+        subprocess.run(
+            [sys.executable, str(REPO / "tools" / "testhosts" / "testhosts.py"), "--dir", str(short / "t"), "destroy"],
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def collections_path(tmp_path: Path) -> Path:
+    """tmp_path/collections, where ansible_collections/spur/cluster is this checkout's collection/."""
+    spur = tmp_path / "collections" / "ansible_collections" / "spur"
+    spur.mkdir(parents=True, exist_ok=True)
+    if not (spur / "cluster").exists():
+        (spur / "cluster").symlink_to(REPO / "collection")
+    return tmp_path / "collections"
+
+
+def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """os.environ with a scratch HOME, no ANSIBLE_CONFIG, and this checkout's collection as spur.cluster."""
+    collections = collections_path(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ)
+    env.pop("ANSIBLE_CONFIG", None)
+    env.update(
+        HOME=str(home),
+        ANSIBLE_HOME=str(home / ".ansible"),
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_FORCE_COLOR="0",
+        PY_COLORS="0",
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        **extra,
+    )
+    return env
+
+
+def run_logged(argv: list[str], log: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run argv from the checkout with stdout and stderr into `log`; (exit code, the whole output)."""
+    with open(log, "w") as out:
+        done = subprocess.run(
+            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+        )
+    return done.returncode, log.read_text(errors="replace")
+
+
+def failure_tail(output: str, lines: int = FAILURE_TAIL_LINES) -> str:
+    return "\n".join(output.splitlines()[-lines:])
+
+
+def run_molecule(name: str, env: dict[str, str], tmp_path: Path, timeout: float) -> tuple[str, float]:
+    """`molecule test --scenario-name NAME`: (its output, seconds it took); the test fails on a non-zero exit."""
+    log = tmp_path / f"molecule-{name}.log"
+    started = time.monotonic()
+    code, output = run_logged([str(VENV_BIN / "molecule"), "test", "--scenario-name", name], log, env, timeout)
+    if code != 0:
+        pytest.fail(f"molecule test -s {name} exited {code} (full log: {log})\n{failure_tail(output)}", pytrace=False)
+    return output, time.monotonic() - started
