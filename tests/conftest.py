@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from agents import cleanup as kill_agent_leftovers  # noqa: E402
 from harness import ControllerCluster, cleanup_all, next_ip_base  # noqa: E402
 
 
@@ -51,3 +52,18 @@ def make_cluster(tmp_path):
 def cluster(make_cluster):
     """A running 3-controller cluster with one leader."""
     return make_cluster(3)
+
+
+@pytest.fixture(autouse=True)
+def _no_agent_leftovers():
+    """After every test: the supervisors and jobs of the agents it started are gone (they outlive spurd)."""
+    yield
+    kill_agent_leftovers()
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A job's working directory."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path

@@ -30,12 +30,6 @@ FOUR = [True, False, True, False]  # check mode, real, check again, real again
 CHANGED = [True, True, False, False]  # what those four runs report
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
-
-
 def probes(cluster: ControllerCluster) -> list[str]:
     return [m.probe_url for m in cluster.members]
 

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentProc, cleanup
+from agents import AgentProc
 from harness import wait_until
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
 
 
 def submit(cluster, script: str, work: Path) -> int:

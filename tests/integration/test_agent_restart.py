@@ -12,26 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentProc, cleanup, pid_alive
+from agents import AgentProc, pid_alive
 from harness import BIN, ControllerCluster, wait_until
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
 
 RUNNING = slurm_pb2.RUNNING
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
 
 
 def leader_stub(cluster: ControllerCluster):

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentProc, cleanup
+from agents import AgentProc
 from harness import BIN, ControllerCluster, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
 
 
 class Shell:

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from agents import (
-    cleanup,
     kill_leftovers,
     launch_supervisor,
     new_session,
@@ -42,19 +41,6 @@ def cgroup_writable() -> bool:
 
 
 CGROUP = cgroup_writable()
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture

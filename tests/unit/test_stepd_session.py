@@ -26,12 +26,6 @@ from spur_hpc.stepd.session import (
 NOBODY = 65534
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    yield
-    cleanup()
-
-
 def state_fd(path: Path) -> int:
     return open_state_dir(str(path))
 
