@@ -11,7 +11,6 @@ Patches:
   journal-sync-per-message  the journal is synced once before each message this controller sends, instead of
                             once per entry (raft.py DurableJournal.add): an entry is still on disk before any
                             acknowledgement or AppendEntries that carries it leaves the process.
-  list-jobs-brief           ListJobs leaves out each job's script and environment (squeue shows neither).
   leader-scans              the leader's periodic whole-queue scans are skipped when they cannot find anything:
                             plan_starts (leader.py) returns at once when no schedulable node has a free CPU,
                             LeaderDuties._follow_up_running (a scan of every job for cancels and time limits)
@@ -30,7 +29,7 @@ import common  # noqa: F401  (puts tests/ on sys.path for the harness)
 from harness import BIN, ControllerCluster, Proc
 # isort: on
 
-PATCHES = ("journal-sync-per-message", "list-jobs-brief", "leader-scans")
+PATCHES = ("journal-sync-per-message", "leader-scans")
 
 
 def _journal_sync_per_message() -> None:
@@ -60,28 +59,6 @@ def _journal_sync_per_message() -> None:
         transport.send = send_after_sync
 
     raft.SpurRaft.__init__ = init
-
-
-def _list_jobs_brief() -> None:
-    from spur_hpc.controller import grpc_api
-    from spur_hpc.proto import slurm_pb2
-
-    @grpc_api.rpc
-    def list_jobs(self, request, context):
-        self.node.authz.caller(context)
-        jobs = self.service.list_jobs(
-            job_ids=list(request.job_ids),
-            users=list(request.users),
-            states=[grpc_api._state_name(s, grpc_api._JOB_STATES, "job state") for s in request.states],
-            partitions=list(request.partitions),
-            names=list(request.names),
-            include_finished=request.include_finished,
-        )
-        return slurm_pb2.ListJobsReply(
-            jobs=[grpc_api.job_to_pb(dict(j, spec=dict(j["spec"], script="", environment={}))) for j in jobs]
-        )
-
-    grpc_api.ControllerServicer.ListJobs = list_jobs
 
 
 def _leader_scans() -> None:
@@ -120,7 +97,6 @@ def _leader_scans() -> None:
 
 APPLY = {
     "journal-sync-per-message": _journal_sync_per_message,
-    "list-jobs-brief": _list_jobs_brief,
     "leader-scans": _leader_scans,
 }
 

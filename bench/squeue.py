@@ -123,8 +123,8 @@ def main() -> None:
                 for m in cluster.members
             }
             print(f"idle CPU with {opts.jobs} jobs queued: {idle_cpu}", flush=True)
-            all_req = slurm_pb2.ListJobsRequest()
-            user_req = slurm_pb2.ListJobsRequest(users=["nobody"])
+            all_req = slurm_pb2.ListJobsRequest(brief=True)  # as squeue asks
+            user_req = slurm_pb2.ListJobsRequest(users=["nobody"], brief=True)
             probe = slurm_pb2_grpc.SlurmControllerStub(
                 grpc.insecure_channel(leader.grpc_addr, options=[("grpc.max_receive_message_length", 1 << 30)])
             )

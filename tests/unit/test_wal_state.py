@@ -183,13 +183,16 @@ def test_late_completion_of_old_attempt_is_ignored():
 def _random_records(rng: random.Random, n: int) -> list[dict]:
     out = [rec("cluster_init", name="c", cluster_id="x", members=["a"], wal_level=1)]
     for i in range(n):
-        kind = rng.choice(["submit", "register", "start", "end", "drain", "resume", "cancel", "lost", "junk"])
+        kind = rng.choice(["submit", "register", "start", "end", "drain", "resume", "cancel", "lost", "purge", "junk"])
         job = rng.randint(1, 10)
         node = f"n{rng.randint(1, 3)}"
         if kind == "submit":
             out.append(
                 rec(
-                    "job_submit", spec=spec(cpus_per_task=rng.randint(1, 4)), key=f"k{rng.randint(0, 5)}", time=float(i)
+                    "job_submit",
+                    spec=spec(cpus_per_task=rng.randint(1, 4), user=rng.choice(["u", "v"])),
+                    key=f"k{rng.randint(0, 5)}",
+                    time=float(i),
                 )
             )
         elif kind == "register":
@@ -229,6 +232,8 @@ def _random_records(rng: random.Random, n: int) -> list[dict]:
             out.append(rec("job_cancel", job_id=job, by="u", time=float(i)))
         elif kind == "lost":
             out.append(rec("node_lost", name=node, reason="x", time=float(i)))
+        elif kind == "purge":
+            out.append(rec("jobs_purge", before=float(i), keep=[]))
         else:
             out.append({"op": "job_start", "level": 1, "job_id": job})
     return out
@@ -247,6 +252,12 @@ def test_state_machine_is_deterministic(seed, n):
     results_b += [b.apply(r) for r in records[half:]]
     assert results_a == results_b
     assert a.fingerprint() == b.fingerprint()
+    # the by-user index follows submissions and purges, and is rebuilt from a snapshot
+    for s in (a, b):
+        by_user: dict[str, set[int]] = {}
+        for job_id, job in s.jobs.items():
+            by_user.setdefault(job["spec"]["user"], set()).add(job_id)
+        assert s.jobs_by_user == by_user
     # allocations always add up
     for node in a.nodes.values():
         running = [a.jobs[j] for j in node["jobs"]]

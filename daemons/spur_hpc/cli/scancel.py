@@ -62,7 +62,7 @@ def _targets(client: Any, values: dict[str, Any], job_ids: list[int], user: str 
     filters["states"] = ["PENDING" if s in ("PENDING", "PD") else "RUNNING" for s in filters["states"]]
     if not any(filters.values()):
         return job_ids
-    reply = client.call("ListJobs", {"job_ids": job_ids, **filters})
+    reply = client.call("ListJobs", {"job_ids": job_ids, "brief": True, **filters})
     return sorted(job.job_id for job in reply.jobs)
 
 

@@ -92,6 +92,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         user = caller.user_name()
     request, shown_states = job_query(values, user)
     as_json = commandline.wants_json(values["format"], values["json"])
+    request["brief"] = not as_json  # the columns never show a script or an environment; --json shows the whole job
     format_text = values["format"] or (LONG_FORMAT if values["long"] else jobview.SQUEUE_DEFAULT_FORMAT)
     if not as_json:
         jobview.squeue_lines([], format_text, False, 0.0, program)  # a bad -o fails before any call

@@ -58,10 +58,10 @@ _JOB_STATES = {name: slurm_pb2.JobState.Value(name) for name in slurm_pb2.JobSta
 _NODE_STATES = {name: slurm_pb2.NodeState.Value(name) for name in slurm_pb2.NodeState.keys()}
 
 
-def job_to_pb(job: dict[str, Any]) -> slurm_pb2.Job:
+def job_to_pb(job: dict[str, Any], brief: bool = False) -> slurm_pb2.Job:
     return slurm_pb2.Job(
         job_id=job["job_id"],
-        spec=spec_to_pb(job["spec"]),
+        spec=spec_to_pb(job["spec"], brief),
         state=_JOB_STATES[job["state"]],
         reason=job.get("reason", ""),
         exit_code=job["exit_code"],
@@ -258,7 +258,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             names=list(request.names),
             include_finished=request.include_finished,
         )
-        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(j) for j in jobs])
+        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(j, request.brief) for j in jobs])
 
     @rpc
     def GetJob(self, request, context):

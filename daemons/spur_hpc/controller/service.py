@@ -252,7 +252,12 @@ class ControllerService:
         partitions, names = set(partitions), set(names)
 
         def collect(s: ClusterState) -> list[dict[str, Any]]:
-            source = [s.jobs[i] for i in sorted(ids) if i in s.jobs] if ids else s.jobs.values()
+            if ids:
+                source = [s.jobs[i] for i in sorted(ids) if i in s.jobs]
+            elif users:
+                source = [s.jobs[i] for i in s.user_job_ids(users)]
+            else:
+                source = s.jobs.values()
             out = []
             for j in source:
                 if not include_finished and not ids and j["state"] in FINISHED_STATES and j["state"] not in states:

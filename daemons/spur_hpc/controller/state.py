@@ -62,6 +62,8 @@ class ClusterState:
         self.next_job_id = 1
         self.nodes: dict[str, dict[str, Any]] = {}
         self.jobs: dict[int, dict[str, Any]] = {}
+        # Derived from jobs, never snapshotted: squeue -u must not walk 10,000 jobs under the state lock.
+        self.jobs_by_user: dict[str, set[int]] = {}
         self.idempotency: dict[str, int] = {}
         self.stalled: dict[str, Any] | None = None
         self.applied = 0  # records applied (for determinism checks and metrics)
@@ -69,7 +71,9 @@ class ClusterState:
     # -------------------------------------------------------------- snapshot format
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data.pop("jobs_by_user")
+        return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
         if data.get("format", 0) > STATE_FORMAT:
@@ -78,6 +82,13 @@ class ClusterState:
             )
         self.__init__()
         self.__dict__.update(data)
+        self.jobs_by_user = {}
+        for job_id, job in self.jobs.items():
+            self.jobs_by_user.setdefault(job["spec"].get("user", ""), set()).add(job_id)
+
+    def user_job_ids(self, users: set[str]) -> list[int]:
+        """The ids of the jobs of these users, in submission order."""
+        return sorted(j for user in users for j in self.jobs_by_user.get(user, ()))
 
     def fingerprint(self) -> Any:
         """Everything that must be equal on every member after the same records."""
@@ -305,6 +316,7 @@ class ClusterState:
             "held": False,
             "key": key,
         }
+        self.jobs_by_user.setdefault(self.jobs[job_id]["spec"].get("user", ""), set()).add(job_id)
         if key:
             self.idempotency[key] = job_id
         return ok(job_id=job_id, duplicate=False)
@@ -415,7 +427,12 @@ class ClusterState:
             if job["state"] in FINISHED_STATES and job["end_time"] < before and j not in keep_ids
         ]
         for job_id in gone:
-            key = self.jobs.pop(job_id).get("key")
+            job = self.jobs.pop(job_id)
+            user = job["spec"].get("user", "")
+            self.jobs_by_user[user].discard(job_id)
+            if not self.jobs_by_user[user]:
+                del self.jobs_by_user[user]
+            key = job.get("key")
             if key:
                 self.idempotency.pop(key, None)
         return ok(purged=len(gone))
