@@ -1,0 +1,83 @@
+"""The brief ListJobs reply built from cached per-job bytes is the reply built from scratch, after any change."""
+
+from __future__ import annotations
+
+import copy
+
+from spur_hpc.controller.grpc_api import BriefJobList, job_to_pb
+from spur_hpc.proto import slurm_pb2
+
+# A new value for every field of Job that the controller's job record feeds (all but job_id and spec).
+CHANGES = {
+    "state": "RUNNING",
+    "reason": "Resources",
+    "exit_code": 3,
+    "signal": 9,
+    "submit_time": 5.5,
+    "start_time": 6.5,
+    "end_time": 7.5,
+    "nodes": ["n1", "n2"],
+    "attempt": 2,
+    "cancel_requested": True,
+    "held": True,
+}
+
+
+def job(job_id: int) -> dict:
+    return {
+        "job_id": job_id,
+        "spec": {"name": f"j{job_id}", "script": "#!/bin/sh\ntrue\n", "user": "u", "uid": 1, "gid": 1,
+                 "work_dir": "/tmp", "partition": "debug", "cpus_per_task": 2, "environment": {"A": "1"}},
+        "state": "PENDING",
+        "reason": "None",
+        "exit_code": 0,
+        "signal": 0,
+        "submit_time": 1.0,
+        "start_time": 0.0,
+        "end_time": 0.0,
+        "nodes": [],
+        "attempt": 0,
+        "cancel_requested": False,
+        "held": False,
+    }  # fmt: skip
+
+
+def from_scratch(jobs: list[dict]) -> slurm_pb2.ListJobsReply:
+    return slurm_pb2.ListJobsReply(jobs=[job_to_pb(j, brief=True) for j in jobs])
+
+
+def test_the_changes_cover_every_field_of_a_job_but_its_id_and_spec() -> None:
+    # supervisor_pid is an agent's answer about a job it runs; the controller's records do not carry it.
+    fields = {f.name for f in slurm_pb2.Job.DESCRIPTOR.fields} - {"job_id", "spec", "supervisor_pid"}
+    assert set(CHANGES) == fields, "a new Job field must be part of BriefJobList's key (grpc_api._brief_key)"
+
+
+def test_the_brief_reply_leaves_out_script_and_environment_only() -> None:
+    reply = BriefJobList().reply([job(1)], whole_queue=True)
+    assert reply == from_scratch([job(1)])
+    assert reply.jobs[0].spec.script == "" and not reply.jobs[0].spec.environment
+    assert reply.jobs[0].spec.work_dir == "/tmp" and reply.jobs[0].spec.cpus_per_task == 2
+
+
+def test_a_change_to_any_field_is_seen_by_the_next_reply() -> None:
+    cache = BriefJobList()
+    jobs = [job(i) for i in range(1, 4)]
+    assert cache.reply(jobs, whole_queue=True) == from_scratch(jobs)
+    for field, value in CHANGES.items():
+        changed = copy.deepcopy(jobs)
+        changed[1][field] = value
+        assert cache.reply(changed, whole_queue=True) == from_scratch(changed), field
+        assert cache.reply(jobs, whole_queue=False) == from_scratch(jobs), field
+
+
+def test_a_listing_of_the_whole_queue_forgets_the_jobs_that_left_it() -> None:
+    cache = BriefJobList()
+    cache.reply([job(i) for i in range(1, 6)], whole_queue=True)
+    cache.reply([job(9)], whole_queue=False)  # a filtered listing adds, never forgets
+    assert sorted(cache._entries) == [1, 2, 3, 4, 5, 9]
+    cache.reply([job(2), job(3)], whole_queue=True)
+    assert sorted(cache._entries) == [2, 3]
+
+
+def test_an_empty_queue_gives_an_empty_reply() -> None:
+    assert BriefJobList().reply([], whole_queue=True) == slurm_pb2.ListJobsReply()
