@@ -52,8 +52,13 @@ def test_the_changes_cover_every_field_of_a_job_but_its_id_and_spec() -> None:
     assert set(CHANGES) == fields, "a new Job field must be part of BriefJobList's key (grpc_api._brief_key)"
 
 
+def listed(cache: BriefJobList, jobs: list[dict], whole_queue: bool = True) -> slurm_pb2.ListJobsReply:
+    """What ListJobs does: each job through cache.view (under the state lock), then cache.reply."""
+    return cache.reply([cache.view(j) for j in jobs], whole_queue)
+
+
 def test_the_brief_reply_leaves_out_script_and_environment_only() -> None:
-    reply = BriefJobList().reply([job(1)], whole_queue=True)
+    reply = listed(BriefJobList(), [job(1)])
     assert reply == from_scratch([job(1)])
     assert reply.jobs[0].spec.script == "" and not reply.jobs[0].spec.environment
     assert reply.jobs[0].spec.work_dir == "/tmp" and reply.jobs[0].spec.cpus_per_task == 2
@@ -62,22 +67,32 @@ def test_the_brief_reply_leaves_out_script_and_environment_only() -> None:
 def test_a_change_to_any_field_is_seen_by_the_next_reply() -> None:
     cache = BriefJobList()
     jobs = [job(i) for i in range(1, 4)]
-    assert cache.reply(jobs, whole_queue=True) == from_scratch(jobs)
+    assert listed(cache, jobs) == from_scratch(jobs)
     for field, value in CHANGES.items():
         changed = copy.deepcopy(jobs)
         changed[1][field] = value
-        assert cache.reply(changed, whole_queue=True) == from_scratch(changed), field
-        assert cache.reply(jobs, whole_queue=False) == from_scratch(jobs), field
+        assert listed(cache, changed) == from_scratch(changed), field
+        assert listed(cache, jobs, whole_queue=False) == from_scratch(jobs), field
 
 
 def test_a_listing_of_the_whole_queue_forgets_the_jobs_that_left_it() -> None:
     cache = BriefJobList()
-    cache.reply([job(i) for i in range(1, 6)], whole_queue=True)
-    cache.reply([job(9)], whole_queue=False)  # a filtered listing adds, never forgets
+    listed(cache, [job(i) for i in range(1, 6)])
+    listed(cache, [job(9)], whole_queue=False)  # a filtered listing adds, never forgets
     assert sorted(cache._entries) == [1, 2, 3, 4, 5, 9]
-    cache.reply([job(2), job(3)], whole_queue=True)
+    listed(cache, [job(2), job(3)])
     assert sorted(cache._entries) == [2, 3]
 
 
 def test_an_empty_queue_gives_an_empty_reply() -> None:
-    assert BriefJobList().reply([], whole_queue=True) == slurm_pb2.ListJobsReply()
+    assert listed(BriefJobList(), []) == slurm_pb2.ListJobsReply()
+
+
+def test_an_unchanged_job_is_neither_copied_nor_encoded_again() -> None:
+    cache = BriefJobList()
+    jobs = [job(1), job(2)]
+    listed(cache, jobs)
+    jobs[1]["state"] = "RUNNING"
+    views = [cache.view(j) for j in jobs]
+    assert views[0][2] is not None and views[0][3] is None  # cached bytes, no copy
+    assert views[1][2] is None and views[1][3] == jobs[1] and views[1][3] is not jobs[1]  # changed: a copy

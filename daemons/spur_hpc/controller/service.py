@@ -242,12 +242,15 @@ class ControllerService:
 
     def get_job(self, job_id: int) -> dict[str, Any]:
         _check_job_id(job_id)
-        job = self.read(lambda s: _copy(s.jobs.get(job_id)))
+        job = self.read(lambda s: copy_job(s.jobs.get(job_id)))
         if job is None:
             raise errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
         return job
 
-    def list_jobs(self, job_ids=(), users=(), states=(), partitions=(), names=(), include_finished=False):
+    def list_jobs(self, job_ids=(), users=(), states=(), partitions=(), names=(), include_finished=False,
+                  view: Callable[[dict[str, Any]], Any] | None = None):
+        """The selected jobs, each as view(job), which runs under the state lock (by default a copy)."""
+        view = view or copy_job
         ids, users, states = set(job_ids), set(users), set(states)
         partitions, names = set(partitions), set(names)
 
@@ -270,7 +273,7 @@ class ControllerService:
                     continue
                 if names and j["spec"].get("name") not in names:
                     continue
-                out.append(_copy(j))
+                out.append(view(j))
             return out
 
         return self.read(collect)
@@ -333,7 +336,8 @@ def _check_job_id(job_id: int) -> None:
         raise errors.InvalidArgument(f"job id {job_id} is out of range; job ids are positive")
 
 
-def _copy(job: dict[str, Any] | None) -> dict[str, Any] | None:
+def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A job record a reader may keep: its own spec and node list (the state machine changes the live one)."""
     if job is None:
         return None
     out = dict(job)
