@@ -49,9 +49,9 @@ RESPAWNS: list[str] = []
 
 
 def respawn_if_dead(cluster, m) -> None:
-    """Start m again when its process has exited. The ports of the cluster were free when it was built, but this
-    machine is shared: between a member's stop and its start another process can hold one of them for a moment
-    (spurctld then exits at once, "Address already in use"). Every respawn is recorded in the results."""
+    """Start m again when its process has exited at start ("Address already in use": the previous process's
+    snapshot writer held its ports until spurctld closed them in that child, and this machine is shared).
+    Every respawn is recorded in the results."""
     if m.proc is not None and not m.proc.alive():
         tail = m.proc.log_text().strip().splitlines()[-1:] or [""]
         if len(RESPAWNS) >= 20:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,31 @@ from spur_hpc.controller import wal
 from spur_hpc.controller.state import ClusterState
 
 log = logging.getLogger("spurctld.raft")
+
+
+def close_sockets_in_snapshot_child() -> None:
+    """In a fork()ed child: close every inherited socket (the child's own files are opened after the fork).
+
+    pysyncobj writes each snapshot from a fork()ed child, which inherits the daemon's listening sockets
+    (Raft, gRPC, probes). A child still writing a large snapshot when spurctld stops kept those ports, so
+    a restarted spurctld could not listen on them ("Address already in use") until the child was done.
+    Closing the child's copies leaves the parent's sockets and connections as they are.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        try:
+            fd = int(name)
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except (OSError, ValueError):
+            pass
+
+
+# spurctld forks only there: it starts no subprocesses (whose fork_exec would not run this anyway).
+os.register_at_fork(after_in_child=close_sockets_in_snapshot_child)
 
 # A joining member with an empty store does not stand for election until it caught up: with these
 # timeouts its election timer never fires, so it can vote for members that hold data but never win.
