@@ -21,7 +21,7 @@ from spur_hpc.agent.daemon import detect_cpus, detect_memory_mb
 from spur_hpc.agent.servicer import AgentServicer
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
-from spur_hpc.stepd.session import SUPERVISOR_FILE
+from spur_hpc.stepd.session import SUPERVISOR_FILE, create_session, write_launch
 
 
 class Agent:
@@ -178,3 +178,24 @@ def test_supervisor_record_names_the_job(make_agent, tmp_path: Path) -> None:
     record = session.dir.read_record(SUPERVISOR_FILE, "supervisor")
     assert record["pid"] == reply.supervisor_pid and record["job_pid"] > 0
     assert record["tracking"] in ("cgroup", "process-tree")
+
+
+def test_a_launch_cut_short_by_a_stopped_spurd_is_refused_then_replaced(make_agent, tmp_path: Path) -> None:
+    """spurd was killed after writing job 51's session and before any supervisor ran: the restarted spurd must
+    not answer the controller's retry with "already running" (no supervisor would ever report the job)."""
+    node = unique_node()
+    first = make_agent(node)
+    session = create_session(first.table.state_fd, first.table.state_path, 51, 1)
+    write_launch(session, node, [node], {"user": "root", "work_dir": str(tmp_path)}, b"#!/bin/sh\nexit 4\n")
+    session.close()
+    first.close()
+    second = make_agent(node)
+    second.table.reconcile()
+    with pytest.raises(grpc.RpcError) as refused:
+        second.stub.LaunchJob(launch_request(51, "exit 4\n", tmp_path), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "stopped while launching it" in refused.value.details()
+    # The controller requeues it; the next attempt runs and replaces the half-launched one.
+    second.stub.LaunchJob(launch_request(51, "exit 4\n", tmp_path, attempt=2), timeout=10)
+    done = second.finished()
+    assert (done.job_id, done.attempt, done.result["state"], done.result["exit_code"]) == (51, 2, "FAILED", 4)

@@ -171,6 +171,15 @@ class SupervisorTable:
             existing.ready.wait(self.launch_timeout + 5)
             if existing.launch_error:
                 raise LaunchError(existing.launch_error)
+            if existing.adopted and not existing.supervisor_pid:
+                # A session found at start with neither a supervisor record nor an answer on its socket: the
+                # spurd before this one was stopped in the middle of this launch. Saying "already running"
+                # would end the job NODE_FAIL once no supervisor shows up; failing the launch makes the
+                # controller requeue it, and the next attempt replaces this session.
+                raise LaunchError(
+                    f"job {job_id} attempt {attempt}: the spurd before this one was stopped while launching it, "
+                    "and no supervisor answers for it"
+                )
             return existing.supervisor_pid, True
         try:
             for old in older:
