@@ -84,7 +84,16 @@ class ClusterState:
         self.__dict__.update(data)
         self.jobs_by_user = {}
         for job_id, job in self.jobs.items():
-            self.jobs_by_user.setdefault(job["spec"].get("user", ""), set()).add(job_id)
+            self._index_job(job_id, job)
+
+    def _index_job(self, job_id: int, job: dict[str, Any]) -> None:
+        self.jobs_by_user.setdefault(job["spec"].get("user", ""), set()).add(job_id)
+
+    def _unindex_job(self, job_id: int, job: dict[str, Any]) -> None:
+        user = job["spec"].get("user", "")
+        self.jobs_by_user[user].discard(job_id)
+        if not self.jobs_by_user[user]:
+            del self.jobs_by_user[user]
 
     def user_job_ids(self, users: set[str]) -> list[int]:
         """The ids of the jobs of these users, in submission order."""
@@ -316,7 +325,7 @@ class ClusterState:
             "held": False,
             "key": key,
         }
-        self.jobs_by_user.setdefault(self.jobs[job_id]["spec"].get("user", ""), set()).add(job_id)
+        self._index_job(job_id, self.jobs[job_id])
         if key:
             self.idempotency[key] = job_id
         return ok(job_id=job_id, duplicate=False)
@@ -428,10 +437,7 @@ class ClusterState:
         ]
         for job_id in gone:
             job = self.jobs.pop(job_id)
-            user = job["spec"].get("user", "")
-            self.jobs_by_user[user].discard(job_id)
-            if not self.jobs_by_user[user]:
-                del self.jobs_by_user[user]
+            self._unindex_job(job_id, job)
             key = job.get("key")
             if key:
                 self.idempotency.pop(key, None)
