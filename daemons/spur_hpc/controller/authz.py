@@ -1,7 +1,7 @@
 """Who may do what. Every RPC names its caller from the spur-auth credential; writes check the rules:
 
 - reading (squeue, sinfo, scontrol show, sacct): any authenticated user;
-- submitting: any user, as themselves (an administrator may submit for others);
+- submitting: any user, as themselves and under one of their own groups (an administrator may submit for others);
 - cancelling, holding, releasing a job: its owner or an administrator;
 - draining, resuming, updating nodes, raising the WAL level: administrators only;
 - agent traffic (register, heartbeat, job completion): administrators only (agents run as root).
@@ -9,6 +9,10 @@ Administrators are root and the users and @groups in [auth] admins.
 """
 
 from __future__ import annotations
+
+import grp
+import os
+import pwd
 
 from spur_hpc.auth import METADATA_KEY, AuthError, Identity, Verifier, is_admin
 from spur_hpc.conf import Config
@@ -49,7 +53,11 @@ class Authorizer:
         raise errors.PermissionDenied(f"user {who.user} (uid {who.uid}) may not {action}: it belongs to {owner}")
 
     def submit_as(self, who: Identity, spec: dict) -> None:
-        """A job runs as its submitter; fill in who that is, and refuse a claim to be someone else."""
+        """A job runs as its submitter; fill in who that is, and refuse a claim to be someone else.
+
+        The uid and gid come from the credential (MUNGE vouches for both). A job may name another group only
+        when this host's group database makes the caller a member of it: the request's own gid is never trusted.
+        """
         if not spec.get("user") and not spec.get("uid"):
             spec.update(user=who.user, uid=who.uid, gid=who.gid)
             return
@@ -60,3 +68,28 @@ class Authorizer:
                 f"user {who.user} (uid {who.uid}) may not submit a job as {spec.get('user')} "
                 f"(uid {spec.get('uid')}); submit as yourself"
             )
+        gid = spec.get("gid") or who.gid
+        if gid not in member_gids(who):
+            raise errors.PermissionDenied(
+                f"user {who.user} (uid {who.uid}) may not submit a job with group {group_name(gid)} (gid {gid}): "
+                "not one of the user's groups; submit with your own group (sg/newgrp, or leave the gid out)"
+            )
+        spec["gid"] = gid
+
+
+def member_gids(who: Identity) -> set[int]:
+    """The gids a caller may run under: the credential's gid and the user's groups in this host's group database."""
+    gids = {who.gid}
+    try:
+        primary = pwd.getpwuid(who.uid)
+    except KeyError:
+        return gids  # unknown here: only the vouched-for gid
+    gids.update(os.getgrouplist(primary.pw_name, primary.pw_gid))
+    return gids
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)

@@ -71,13 +71,15 @@ def resolve_identity(spec: dict[str, Any]) -> Identity:
         raise InvalidJob(f"user {user!r} is uid {pw.pw_uid} on this node but the job says uid {uid}; sync the user db")
     # gid 0 means "not given" unless the user's primary group really is 0; never hand out root's group otherwise.
     gid = gid or pw.pw_gid
-    groups = tuple(os.getgrouplist(pw.pw_name, gid))
-    if gid != pw.pw_gid and gid not in groups:
+    # Membership is this node's answer, from the user's own primary group: getgrouplist(name, gid) always
+    # contains gid, so asking it with the job's gid proves nothing.
+    if gid not in os.getgrouplist(pw.pw_name, pw.pw_gid):
         try:
             name = grp.getgrgid(gid).gr_name
         except KeyError:
             name = str(gid)
         raise InvalidJob(f"user {pw.pw_name!r} is not a member of group {name} (gid {gid}); submit with its own group")
+    groups = tuple(os.getgrouplist(pw.pw_name, gid))
     me = os.geteuid()
     return Identity(
         user=pw.pw_name,
