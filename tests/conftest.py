@@ -11,6 +11,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from agents import cleanup as kill_agent_leftovers  # noqa: E402
 from harness import ControllerCluster, cleanup_all, next_ip_base  # noqa: E402
+from prereqs import MARK, check_marks  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{MARK}(condition, what, how_to_install): tests/prereqs.py")
+
+
+def pytest_runtest_setup(item):
+    check_marks(item)  # a missing prerequisite skips, or fails under CI=true
 
 
 @pytest.hookimpl(hookwrapper=True)

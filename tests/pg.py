@@ -35,6 +35,7 @@ import pytest
 from psycopg import sql
 
 from harness import free_port
+from prereqs import require, require_tool
 
 PG_BIN_DIRS = ("/usr/local/bin", "/usr/lib/postgresql/15/bin")
 APP_USER = "spur"
@@ -50,7 +51,8 @@ def pg_binary(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    pytest.skip(f"PostgreSQL's {name} is not installed (looked in {', '.join(PG_BIN_DIRS)} and PATH)")
+    require(False, f"PostgreSQL's {name} is not installed (looked in {', '.join(PG_BIN_DIRS)} and PATH)",
+            "apt-get install postgresql")
     raise AssertionError("unreachable")
 
 
@@ -105,10 +107,13 @@ class PostgresServer:
         return server
 
     def _unprivileged_ids(self) -> tuple[int, int]:
+        require_tool("setpriv", "util-linux")  # initdb refuses root: the server runs as that user
         try:
             entry = pwd.getpwnam(UNPRIVILEGED_USER)
         except KeyError:
-            pytest.skip(f"running as root and there is no {UNPRIVILEGED_USER!r} user to run PostgreSQL as")
+            require(False, f"running as root and there is no {UNPRIVILEGED_USER!r} user to run PostgreSQL as",
+                    f"useradd --system {UNPRIVILEGED_USER}")
+            raise
         return entry.pw_uid, entry.pw_gid
 
     def _command(self, argv: list[str]) -> list[str]:

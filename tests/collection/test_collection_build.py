@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from collection_helpers import COLLECTION, REPO, VENV_BIN, ansible_env
+from prereqs import require
 
 MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
 
@@ -77,8 +78,7 @@ def test_collection_builds_and_installs(tmp_path):
 
 def test_ansible_lint_production_profile(tmp_path):
     lint = shutil.which("ansible-lint", path=str(VENV_BIN))
-    if lint is None:
-        pytest.skip("ansible-lint is not installed in this environment (pip install -e '.[test]' installs it)")
+    require(lint is not None, "ansible-lint is not installed in the venv", "pip install -e '.[test]' installs it")
     env = {"HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path / ".ansible")}
     proc = run([lint, "--offline", "--nocolor"], tmp_path, cwd=COLLECTION, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -107,8 +107,7 @@ def test_ansible_test_sanity_passes_with_empty_ignore_files(tmp_path):
     ignores = sorted((COLLECTION / "tests" / "sanity").glob("ignore-*.txt"))
     assert ignores and all(p.read_text() == "" for p in ignores), "the sanity ignore files must stay empty"
     why = sanity_unavailable(tmp_path / "pip-probe")
-    if why:
-        pytest.skip(why)
+    require(not why, why or "", "see tools/ansible_sanity.sh")
     proc = subprocess.run(
         ["bash", str(REPO / "tools" / "ansible_sanity.sh")],
         capture_output=True,

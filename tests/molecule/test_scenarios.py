@@ -13,13 +13,13 @@ checkout's collection/. The release both scenarios install is built once per ses
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from playbook_runs import run_molecule
+from prereqs import needs_tier2_hosts
 
 SCENARIO_TIMEOUT_SECS = 900
 # The phases' run times as profile_tasks prints them at the end of each playbook.
@@ -55,7 +55,7 @@ def test_local_scenario_deploys_converges_and_runs_a_job(molecule_env, tmp_path:
     assert "ended COMPLETED (exit 0)" in output
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="tier 2 boots systemd-nspawn hosts in network namespaces: needs root")
+@needs_tier2_hosts()
 def test_systemd_scenario_survives_the_crash_of_the_leaders_host(molecule_env, tmp_path: Path) -> None:
     output = run_scenario("systemd", molecule_env, tmp_path)
     assert "[systemd > idempotence] Executed: Successful" in output

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from playbook_runs import ansible_env, build_release, require_tools, run_molecule, scratch_hosts
+from prereqs import needs_tier2_hosts
 
 SCENARIO_TIMEOUT_SECS = 1800
 VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0", "D": "0.4.0"}
@@ -140,7 +141,7 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     print("\nrolling upgrade timings:\n" + json.dumps(report, indent=1))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="tier 2 boots systemd-nspawn hosts in network namespaces: needs root")
+@needs_tier2_hosts()
 def test_rolling_upgrade_on_systemd_hosts(upgrade_env, tmp_path: Path) -> None:
     env, results = upgrade_env
     output, wall = run_molecule("upgrade_systemd", env, tmp_path, SCENARIO_TIMEOUT_SECS)

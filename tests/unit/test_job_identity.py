@@ -4,11 +4,11 @@ job as gid 42 (shadow) and read /etc/shadow)."""
 from __future__ import annotations
 
 import grp
-import os
 import pwd
 
 import pytest
 
+from prereqs import needs_root
 from spur_hpc.auth import Identity
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors
@@ -41,7 +41,7 @@ def test_the_controller_refuses_a_gid_the_credential_does_not_vouch_for():
     assert own["gid"] == NOBODY.pw_gid, "a job without a gid runs under the credential's gid"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="root's groups differ elsewhere")
+@needs_root()  # root's groups differ elsewhere
 def test_an_administrator_may_still_submit_for_another_user():
     authz = Authorizer(Config())
     root = Identity(0, 0, "root", verified=True)
