@@ -1,172 +1,415 @@
 """spur.conf (TOML) -> one typed, validated Config object.
 
-Every problem is reported as one ConfigError line that names the key, the value and the fix.
-The schema below is the single source of truth for keys, types and defaults (docs/configuration.md
-describes the same keys; a unit test keeps the two in step).
+Every problem is reported as one ConfigError line that names the section, the key, the value and the fix.
+SCHEMA below declares each key once (type, default, bounds, docs text): the section objects, the checks of
+types and bounds, and the key reference in docs/configuration.md (tools/gen_conf_docs.py) all come from it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
+import re
 import socket
 import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
+
+from spur_hpc.auth import DEFAULT_MUNGE_SOCKET
 
 DEFAULT_CONF_PATH = "/etc/spur/spur.conf"
 CONTROLLER_GRPC_PORT = 6817
 AGENT_GRPC_PORT = 6818
 RAFT_PORT = 6821
 
+HOUR = 3600
+YEAR = 365 * 86_400
+NOT_AN_ADDRESS = -1  # Key.port of keys that are not addresses
+
 
 class ConfigError(Exception):
     """A bad spur.conf: the message is one line naming the key, the value and the fix."""
 
 
-# section -> key -> (types, default, short description)
-SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, str]]] = {
+@dataclass(frozen=True)
+class Key:
+    """One spur.conf key. Numbers must be finite; `above` is an exclusive lower bound, `min` and `max` inclusive."""
+
+    type: type  # int, float, str, bool, or list (of strings)
+    default: Any
+    help: str  # the "meaning" column of the docs
+    min: float | None = None
+    above: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+    pattern: str = ""  # full match for a string (or each list item)
+    pattern_text: str = ""  # the pattern in words, for the error's fix
+    path: bool = False  # an absolute path
+    port: int | None = NOT_AN_ADDRESS  # an address: host:port, this port when omitted (None: the port is required)
+    shown_default: str = ""  # the docs' default, when the real one is derived at run time
+
+    def accepts(self) -> str:
+        """What the key accepts, in words: the docs' "type" column and the fix of a bound error."""
+        if self.type in (int, float):
+            words = "an integer" if self.type is int else "a number"
+            if self.above is not None:
+                words += f" above {_number(self.above)}"
+            elif self.min is not None:
+                words += f" from {_number(self.min)}"
+            if self.max is not None:
+                words += f" to {_number(self.max)}" if self.above is None else f", at most {_number(self.max)}"
+            return words
+        if self.type is bool:
+            return "true or false"
+        if self.choices:
+            return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
+        one = "host:port" if self.port != NOT_AN_ADDRESS else "absolute path" if self.path else "string"
+        if self.pattern_text:
+            one = f"{one} of {self.pattern_text}"
+        return f"list of {one} strings" if self.type is list and one != "string" else (
+            "list of strings" if self.type is list else one
+        )
+
+    @property
+    def optional(self) -> bool:
+        """An empty string means "not set" (the value is derived, or the feature is off)."""
+        return self.default in ("", [])
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+_NAME = r"[A-Za-z0-9_-]{1,63}"
+_NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+
+# section -> key -> Key: the one declaration of every key, in the order of the docs.
+SCHEMA: dict[str, dict[str, Key]] = {
     "cluster": {
-        "name": ((str,), "spur", "cluster name, fixed at first bootstrap"),
+        "name": Key(
+            str,
+            "spur",
+            "The cluster's name. It is fixed when the cluster is first bootstrapped; a controller whose peers "
+            "report another name refuses to start.",
+            pattern=_NAME,
+            pattern_text="letters, digits, `-` and `_`",
+        ),
     },
     "controller": {
-        "hosts": ((list,), [], "gRPC addresses of every controller (host[:port], port 6817 when omitted)"),
-        "listen_addr": ((str,), f"0.0.0.0:{CONTROLLER_GRPC_PORT}", "this controller's gRPC address"),
-        "raft_addr": ((str,), "", "this controller's Raft address (host:port); must be one of peers"),
-        "peers": ((list,), [], "Raft addresses of every controller, this one included"),
-        "probe_addr": ((str,), "127.0.0.1:6822", "HTTP probes (/status, /livez, /readyz, /metrics)"),
-        "state_dir": ((str,), "/var/lib/spur/ctld", "Raft journal and snapshots"),
-        "raft_secret_file": ((str,), "/etc/spur/raft.secret", "shared secret for the Raft port (mode 0600)"),
-        "heartbeat_timeout_secs": ((int,), 60, "agent silent this long -> node DOWN, its jobs NODE_FAIL"),
-        "scheduler_interval_ms": ((int,), 200, "how often the leader's scheduler runs"),
-        "write_timeout_secs": ((int, float), 5.0, "deadline of one replicated write"),
-        "grpc_workers": ((int,), 128, "gRPC server threads"),
-        "append_entries_period_ms": ((int,), 20, "Raft batching period (commit latency floor)"),
-        "election_timeout_min_ms": ((int,), 300, "Raft election timeout, lower bound"),
-        "election_timeout_max_ms": ((int,), 800, "Raft election timeout, upper bound"),
-        "leader_fallback_ms": ((int,), 1000, "a leader cut off from the majority steps down after this"),
-        "connection_retry_ms": ((int,), 250, "reconnect interval between controllers"),
-        "log_compaction_entries": ((int,), 5000, "entries between snapshots"),
-        "bootstrap_probe_timeout_secs": ((int, float), 2.0, "deadline of one ClusterProbe call at start"),
-        "bootstrap_wait_secs": ((int, float), 0.0, "give up waiting for unreachable peers after this (0: never)"),
-        "min_job_age_secs": ((int,), 300, "finished jobs stay in the controllers' state at least this long"),
-        "min_free_disk_mb": ((int,), 100, "writes are refused while state_dir has less free space than this"),
+        "hosts": Key(
+            list,
+            [],
+            "gRPC addresses of every controller (port 6817 when omitted). Agents and commands try them in turn; "
+            "an empty controller asks each of them at start whether a cluster already exists. Must list every "
+            "controller named in `peers`; a single controller lists only itself (or nothing).",
+            port=CONTROLLER_GRPC_PORT,
+        ),
+        "listen_addr": Key(
+            str,
+            f"0.0.0.0:{CONTROLLER_GRPC_PORT}",
+            "This controller's gRPC address. With `[auth] type = \"none\"` it must be a loopback address "
+            "(127.0.0.0/8, `::1`, `localhost`) unless `[auth] allow_unauthenticated_network = true`.",
+            port=CONTROLLER_GRPC_PORT,
+        ),
+        "raft_addr": Key(
+            str,
+            "",
+            "This controller's Raft address, `host:port` on an address of this host (port 6821 when omitted). "
+            "The Raft port is bound to this address only, never to all interfaces.",
+            port=RAFT_PORT,
+            shown_default="(required)",
+        ),
+        "peers": Key(
+            list,
+            [],
+            "Raft addresses of every controller, this one included: 1, 3 or 5 entries, each once. The set is "
+            'fixed when the cluster is first bootstrapped; see "Changing the controllers" below.',
+            port=RAFT_PORT,
+            shown_default="(required)",
+        ),
+        "probe_addr": Key(
+            str,
+            "127.0.0.1:6822",
+            "HTTP probes: `/status`, `/livez`, `/readyz`, `/metrics`, `/metrics/nodes`. Keep it on loopback or "
+            "a management network.",
+            port=None,
+        ),
+        "state_dir": Key(
+            str,
+            "/var/lib/spur/ctld",
+            "Raft journal (`raft.journal`, `raft.journal.meta`), snapshot (`raft.dump`) and the cluster identity "
+            "(`cluster.json`). Created with mode 0700.",
+            path=True,
+        ),
+        "raft_secret_file": Key(
+            str,
+            "/etc/spur/raft.secret",
+            "A shared secret, identical on every controller, that encrypts and authenticates the Raft traffic. "
+            "The file must be a regular file with mode 0600 (no group or other bits). Create one with "
+            "`openssl rand -hex 32 > /etc/spur/raft.secret; chmod 0600 /etc/spur/raft.secret`.",
+            path=True,
+        ),
+        "heartbeat_timeout_secs": Key(
+            int,
+            60,
+            "An agent that has not sent a heartbeat for this long is marked DOWN and its running jobs NODE_FAIL. "
+            "It is also the longest agent restart that goes unnoticed, so keep it at 30 or more (the controller "
+            "warns below 30).",
+            min=1,
+            max=7 * 86_400,
+        ),
+        "scheduler_interval_ms": Key(
+            int,
+            200,
+            "How often the leader's scheduler runs when nothing wakes it earlier (a submission or a finished job "
+            "wakes it at once).",
+            min=1,
+            max=60_000,
+        ),
+        "write_timeout_secs": Key(
+            float,
+            5.0,
+            'Deadline of one replicated write. A write that misses it is answered UNAVAILABLE with "outcome '
+            'unknown"; commands retry submissions with the same idempotency key, so a retry never creates a '
+            "second job.",
+            above=0,
+            max=HOUR,
+        ),
+        "grpc_workers": Key(
+            int,
+            128,
+            "gRPC server threads. Each in-flight write holds one while it waits for the Raft commit.",
+            min=1,
+            max=4096,
+        ),
+        "append_entries_period_ms": Key(
+            int,
+            20,
+            "Raft batching period: commands wait at most this long to be sent to followers. It is the floor of "
+            "commit latency. Must be under a third of `election_timeout_min_ms`.",
+            min=1,
+            max=10_000,
+        ),
+        "election_timeout_min_ms": Key(
+            int, 300, "Lower bound of the randomised election timeout.", min=1, max=600_000
+        ),
+        "election_timeout_max_ms": Key(
+            int,
+            800,
+            "Upper bound. Lower timeouts fail over faster but risk needless elections on a loaded host.",
+            min=1,
+            max=600_000,
+        ),
+        "leader_fallback_ms": Key(
+            int,
+            1000,
+            "A leader that has not heard from a majority for this long steps down, so its `/metrics/nodes` probe "
+            "stops answering 200.",
+            min=1,
+            max=600_000,
+        ),
+        "connection_retry_ms": Key(
+            int,
+            250,
+            "Reconnect interval between controllers. Must stay below `election_timeout_min_ms`, or a restarted "
+            "controller may depose a healthy leader before it is reconnected.",
+            min=1,
+            max=600_000,
+        ),
+        "log_compaction_entries": Key(int, 5000, "Journal entries between snapshots.", min=1, max=10**9),
+        "bootstrap_probe_timeout_secs": Key(
+            float,
+            2.0,
+            "Deadline of one ClusterProbe call when a controller with an empty state directory asks its peers.",
+            above=0,
+            max=HOUR,
+        ),
+        "bootstrap_wait_secs": Key(
+            float,
+            0.0,
+            "How long an empty controller waits for unreachable peers before it gives up and exits. `0` waits "
+            "forever, which is the safe choice: a peer that does not answer may hold the cluster's data.",
+            min=0,
+            max=YEAR,
+        ),
+        "min_job_age_secs": Key(
+            int,
+            300,
+            "A finished job stays in the controllers' state (and in `squeue -t all`, `scontrol show job`) at "
+            "least this long, like Slurm's MinJobAge. With accounting on, it stays until its final record is in "
+            "the database, however long that takes.",
+            min=1,
+            max=YEAR,
+        ),
+        "min_free_disk_mb": Key(
+            int,
+            100,
+            "While `state_dir` has less free space than this, the controller refuses writes with `UNAVAILABLE` "
+            "and a line that names the directory and the free space, instead of running into a full disk "
+            "half-way through a journal write. Writes resume by themselves once space is freed.",
+            min=0,
+            max=2**30,
+        ),
     },
     "agent": {
-        "node_name": ((str,), "", "node name (default: short host name)"),
-        "listen_addr": ((str,), f"0.0.0.0:{AGENT_GRPC_PORT}", "this agent's gRPC address"),
-        "advertise_addr": ((str,), "", "address the controllers use to reach this agent (default: listen_addr)"),
-        "probe_addr": ((str,), "127.0.0.1:6823", "HTTP probes (/status, /livez, /readyz)"),
-        "state_dir": ((str,), "/var/lib/spur/agent", "supervisor session directories"),
-        "heartbeat_interval_secs": ((int, float), 5.0, "how often the agent heartbeats"),
-        "cpus": ((int,), 0, "CPUs offered to jobs (0: all online CPUs)"),
-        "memory_mb": ((int,), 0, "memory offered to jobs in MiB (0: physical memory)"),
-        "partition": ((str,), "default", "partition this node belongs to"),
-        "stepd_path": ((str,), "", "spurstepd executable (default: the one next to spurd)"),
-        "launch_timeout_secs": ((int, float), 10.0, "deadline for a supervisor to start a job"),
-        "kill_wait_secs": ((int, float), 5.0, "between SIGTERM and SIGKILL when a job is cancelled (Slurm's KillWait)"),
+        "node_name": Key(
+            str,
+            "",
+            "The node's name in `sinfo` and `scontrol`.",
+            pattern=_NODE,
+            pattern_text="letters, digits, `-`, `_` and `.`, starting with a letter or digit",
+            shown_default="short host name",
+        ),
+        "listen_addr": Key(
+            str,
+            f"0.0.0.0:{AGENT_GRPC_PORT}",
+            "The agent's gRPC address. With `[auth] type = \"none\"` it must be a loopback address unless "
+            "`[auth] allow_unauthenticated_network = true`.",
+            port=AGENT_GRPC_PORT,
+        ),
+        "advertise_addr": Key(
+            str,
+            "",
+            "The address controllers use to reach the agent, when it differs from `listen_addr`.",
+            port=AGENT_GRPC_PORT,
+            shown_default="`listen_addr`",
+        ),
+        "probe_addr": Key(str, "127.0.0.1:6823", "HTTP probes: `/status`, `/livez`, `/readyz`.", port=None),
+        "state_dir": Key(
+            str, "/var/lib/spur/agent", "Supervisor session directories, one per job attempt.", path=True
+        ),
+        "heartbeat_interval_secs": Key(
+            float,
+            5.0,
+            "How often the agent reports to the leader. At least three heartbeats must fit in "
+            "`[controller] heartbeat_timeout_secs`.",
+            above=0,
+            max=HOUR,
+        ),
+        "cpus": Key(int, 0, "CPUs offered to jobs; `0` offers every online CPU.", min=0, max=2**20),
+        "memory_mb": Key(int, 0, "Memory offered to jobs in MiB; `0` offers the physical memory.", min=0, max=2**40),
+        "partition": Key(
+            str,
+            "default",
+            "The partition this node belongs to.",
+            pattern=_NAME,
+            pattern_text="letters, digits, `-` and `_`",
+        ),
+        "stepd_path": Key(
+            str,
+            "",
+            "The `spurstepd` executable to start for each job; when set, it must be an executable file.",
+            path=True,
+            shown_default="next to `spurd`",
+        ),
+        "launch_timeout_secs": Key(
+            float,
+            10.0,
+            "How long a supervisor may take to start a job before the launch counts as failed.",
+            above=0,
+            max=HOUR,
+        ),
+        "kill_wait_secs": Key(
+            float,
+            5.0,
+            "When a job is cancelled or runs out of time, the time between SIGTERM and SIGKILL (Slurm's KillWait).",
+            min=0,
+            max=HOUR,
+        ),
     },
     "accounting": {
-        "database_url": ((str,), "", "PostgreSQL URL without password (empty: accounting off)"),
-        "password_file": ((str,), "", "file holding the database password (mode 0600)"),
+        "database_url": Key(
+            str,
+            "",
+            "PostgreSQL URL without a password, such as `postgresql://spur@db1/spur`.",
+            shown_default="empty (off)",
+        ),
+        "password_file": Key(
+            str,
+            "",
+            "A file (mode 0600) that holds the database password. The password never appears in `spur.conf`, "
+            "in logs or in process arguments.",
+            path=True,
+            shown_default="empty",
+        ),
     },
     "auth": {
-        "type": ((str,), "none", "none (local demo only) or munge"),
-        "admins": ((list,), ["root"], "users (or @group) allowed to drain, resume, update nodes"),
-        "munge_socket": ((str,), "/run/munge/munge.socket.2", "munged socket"),
+        "type": Key(
+            str,
+            "none",
+            "`munge` on real clusters; `none` trusts what clients say about themselves and is meant for the "
+            "local demo only (the daemons then listen on loopback only, see `allow_unauthenticated_network`).",
+            choices=("none", "munge"),
+        ),
+        "admins": Key(
+            list,
+            ["root"],
+            "Users (or `@group`) allowed to drain, resume and update nodes and to cancel other users' jobs.",
+        ),
+        "munge_socket": Key(
+            str,
+            DEFAULT_MUNGE_SOCKET,
+            "The munged socket. With `type = \"munge\"`, spurctld and spurd refuse to start while it does not "
+            "exist (start munged first).",
+            path=True,
+        ),
+        "allow_unauthenticated_network": Key(
+            bool,
+            False,
+            "With `type = \"none\"`, let spurctld and spurd listen (`listen_addr`) on an address other hosts "
+            "can reach. Anyone who reaches the port can then act as any user, root included; the daemons log a "
+            "WARNING at start. Use it only on a network that nobody else can reach; use `munge` everywhere else.",
+        ),
     },
     "log": {
-        "level": ((str,), "info", "debug, info, warning or error"),
+        "level": Key(
+            str,
+            "info",
+            "`--log-level` on the command line wins.",
+            choices=("debug", "info", "warning", "error"),
+        ),
     },
 }
 
 
-@dataclass(frozen=True)
-class ClusterConfig:
-    name: str = "spur"
+# ------------------------------------------------------------------ the typed objects, derived from SCHEMA
 
 
-@dataclass(frozen=True)
-class ControllerConfig:
-    hosts: tuple[str, ...] = ()
-    listen_addr: str = ""
-    raft_addr: str = ""
-    peers: tuple[str, ...] = ()
-    probe_addr: str = ""
-    state_dir: str = ""
-    raft_secret_file: str = ""
-    heartbeat_timeout_secs: int = 60
-    scheduler_interval_ms: int = 200
-    write_timeout_secs: float = 5.0
-    grpc_workers: int = 128
-    append_entries_period_ms: int = 20
-    election_timeout_min_ms: int = 300
-    election_timeout_max_ms: int = 800
-    leader_fallback_ms: int = 1000
-    connection_retry_ms: int = 250
-    log_compaction_entries: int = 5000
-    bootstrap_probe_timeout_secs: float = 2.0
-    bootstrap_wait_secs: float = 0.0
-    min_job_age_secs: int = 300
-    min_free_disk_mb: int = 100
+def _section_class(section: str, keys: dict[str, Key]) -> type:
+    fields = [
+        (name, tuple[str, ...] if k.type is list else k.type, field(default=_stored(k, k.default)))
+        for name, k in keys.items()
+    ]
+    cls = make_dataclass(f"{section.capitalize()}Config", fields, frozen=True)
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclass(frozen=True)
-class AgentConfig:
-    node_name: str = ""
-    listen_addr: str = ""
-    advertise_addr: str = ""
-    probe_addr: str = ""
-    state_dir: str = ""
-    heartbeat_interval_secs: float = 5.0
-    cpus: int = 0
-    memory_mb: int = 0
-    partition: str = "default"
-    stepd_path: str = ""
-    launch_timeout_secs: float = 10.0
-    kill_wait_secs: float = 5.0
+def _stored(key: Key, value: Any) -> Any:
+    """The value kept in a section object: lists become tuples (frozen), integers given for numbers floats."""
+    if key.type is list:
+        return tuple(value)
+    if key.type is float:
+        return float(value)
+    return value
 
 
-@dataclass(frozen=True)
-class AccountingConfig:
-    database_url: str = ""
-    password_file: str = ""
+SECTION_TYPES: dict[str, type] = {section: _section_class(section, keys) for section, keys in SCHEMA.items()}
 
-
-@dataclass(frozen=True)
-class AuthConfig:
-    type: str = "none"
-    admins: tuple[str, ...] = ("root",)
-    munge_socket: str = ""
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    level: str = "info"
-
-
-@dataclass(frozen=True)
-class Config:
-    path: str = ""
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    controller: ControllerConfig = field(default_factory=ControllerConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    accounting: AccountingConfig = field(default_factory=AccountingConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    # sections the schema does not know, kept verbatim (the Ansible role carries them over)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-_SECTION_TYPES = {
-    "cluster": ClusterConfig,
-    "controller": ControllerConfig,
-    "agent": AgentConfig,
-    "accounting": AccountingConfig,
-    "auth": AuthConfig,
-    "log": LogConfig,
-}
+# Config(path, cluster, controller, agent, accounting, auth, log, extra): `extra` keeps the sections the schema
+# does not know, verbatim (site-local x- sections; the Ansible role carries them over).
+Config = make_dataclass(
+    "Config",
+    [
+        ("path", str, field(default="")),
+        *[(section, cls, field(default_factory=cls)) for section, cls in SECTION_TYPES.items()],
+        ("extra", dict, field(default_factory=dict)),
+    ],
+    frozen=True,
+)
+Config.__module__ = __name__
 
 
 # ------------------------------------------------------------------ addresses
@@ -188,6 +431,8 @@ def split_host_port(value: str, default_port: int | None = None) -> tuple[str, i
         if rest and not rest.startswith(":"):
             raise ValueError("expected ':port' after ']'")
         port_text = rest[1:] if rest else ""
+        if host and ":" not in host:
+            raise ValueError("brackets are for IPv6 addresses only")
     elif text.count(":") == 1:
         host, port_text = text.split(":")
     elif ":" in text:
@@ -199,8 +444,8 @@ def split_host_port(value: str, default_port: int | None = None) -> tuple[str, i
     if not port_text:
         if default_port is None:
             raise ValueError("missing ':port'")
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        port_text = str(default_port)
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise ValueError(f"port {port_text!r} is not a number from 1 to 65535")
     _check_host(host)
     return host, int(port_text)
@@ -212,9 +457,11 @@ def _check_host(host: str) -> None:
         return
     except ValueError:
         pass
-    labels = host.split(".")
-    for label in labels:
-        if not label or len(label) > 63 or not all(c.isalnum() or c == "-" for c in label) or label[0] == "-":
+    # ASCII host names only (RFC 1123): anything else would reach the resolver as IDNA and fail there.
+    for label in host.split("."):
+        if not label or len(label) > 63 or not all(c.isascii() and (c.isalnum() or c == "-") for c in label) or (
+            label[0] == "-"
+        ):
             raise ValueError(f"{host!r} is neither an IP address nor a host name")
 
 
@@ -223,7 +470,21 @@ def normalize_addr(value: str, default_port: int | None = None) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-# ------------------------------------------------------------------ loading
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this host only (no name lookup: names are not trusted)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    return host in ("0.0.0.0", "::")
+
+
+# ------------------------------------------------------------------ loading: keys, types and bounds
 
 
 def _fail(section: str, key: str, problem: str, fix: str) -> ConfigError:
@@ -231,38 +492,86 @@ def _fail(section: str, key: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{where}: {problem}; {fix}")
 
 
-def _convert(section: str, key: str, raw: Any) -> Any:
-    types, _default, _doc = SCHEMA[section][key]
-    if isinstance(raw, bool) and bool not in types:
-        raise _fail(section, key, f"expected {_type_names(types)}, got boolean {raw!r}", "write a value of that type")
-    if not isinstance(raw, types):
-        raise _fail(
-            section,
-            key,
-            f"expected {_type_names(types)}, got {type(raw).__name__} {raw!r}",
-            "write a value of that type",
-        )
-    if list in types:
+def _type_names(key: Key) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", list: "a list of strings", bool: "true or false"}
+    return names[key.type]
+
+
+def _convert(section: str, name: str, raw: Any) -> Any:
+    """A TOML value -> the stored value, or ConfigError when its type or bounds are wrong."""
+    key = SCHEMA[section][name]
+    accepted = {int: (int,), float: (int, float), str: (str,), list: (list,), bool: (bool,)}[key.type]
+    if not isinstance(raw, accepted) or (isinstance(raw, bool) and key.type is not bool):
+        got = "boolean" if isinstance(raw, bool) else type(raw).__name__
+        problem = f"expected {_type_names(key)}, got {got} {_short(raw)}"
+        raise _fail(section, name, problem, "write a value of that type")
+    if key.type in (int, float):
+        _check_number(section, name, key, raw)
+    elif key.type is str:
+        _check_text(section, name, key, raw)
+    elif key.type is list:
         for item in raw:
             if not isinstance(item, str):
-                raise _fail(section, key, f"expected a list of strings, found {item!r}", 'quote every item: ["a", "b"]')
-        return tuple(raw)
-    if float in types and isinstance(raw, int):
-        return float(raw)
-    return raw
+                problem = f"expected a list of strings, found {_short(item)}"
+                raise _fail(section, name, problem, 'quote every item: ["a", "b"]')
+            _check_text(section, name, key, item, item=True)
+    return _stored(key, raw)
 
 
-def _type_names(types: tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", list: "a list", bool: "true or false"}
-    return " or ".join(names[t] for t in types)
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_number(section: str, name: str, key: Key, value: int | float) -> None:
+    fix = f"use {key.accepts()} (the default is {_number(key.default)})"
+    if isinstance(value, float) and math.isnan(value):
+        raise _fail(section, name, "nan is not a number", fix)
+    if isinstance(value, float) and math.isinf(value):
+        raise _fail(section, name, f"{value} is not a finite number", fix)
+    low_ok = (key.above is None or value > key.above) and (key.min is None or value >= key.min)
+    if not low_ok or (key.max is not None and value > key.max):
+        raise _fail(section, name, f"{_short(value)} is out of range", fix)
+
+
+def _check_text(section: str, name: str, key: Key, value: str, item: bool = False) -> None:
+    if "\x00" in value:
+        raise _fail(section, name, f"{_short(value)} contains a NUL character", "remove it")
+    if value == "" and key.optional and not item:
+        return  # not set: derived at run time, or the feature is off
+    if key.choices and value not in key.choices:
+        raise _fail(section, name, f"unknown value {_short(value)}", f"use {key.accepts()}")
+    if key.pattern and not re.fullmatch(key.pattern, value):
+        raise _fail(section, name, f"bad value {_short(value)}", f"use {key.pattern_text}")
+    if key.path:
+        example = key.default or "/etc/spur/..."
+        if not value:
+            raise _fail(section, name, "empty", f"set an absolute path, like {example}")
+        if not os.path.isabs(value):
+            raise _fail(section, name, f"{_short(value)} is a relative path", f"use an absolute path, like {example}")
+        if len(value.encode(errors="surrogatepass")) >= 4096:
+            raise _fail(section, name, "the path is longer than 4095 bytes", "use a shorter path")
+    if key.port != NOT_AN_ADDRESS:
+        _addr(section, name, value, key.port)
+
+
+def _addr(section: str, key: str, value: str, default_port: int | None = None) -> str:
+    try:
+        return normalize_addr(value, default_port)
+    except ValueError as exc:
+        raise _fail(
+            section, key, f"bad address {_short(value)} ({exc})", "write host:port, like 127.0.1.1:6817"
+        ) from None
 
 
 def parse(text: str, path: str = "<string>") -> Config:
-    """Parse TOML text into a Config, checking keys and types (not the daemon-specific rules)."""
+    """Parse TOML text into a Config, checking keys, types and bounds (not the rules between keys)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply); fix the file") from None
     sections: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for section, body in data.items():
@@ -271,25 +580,22 @@ def parse(text: str, path: str = "<string>") -> Config:
                 extra[section] = body
                 continue
             raise _fail(
-                section,
+                _short(section)[1:-1],
                 "",
                 "unknown section",
                 f"known sections are {', '.join('[' + s + ']' for s in SCHEMA)} (site-local sections start with x-)",
             )
         if not isinstance(body, dict):
-            raise _fail(section, "", f"expected a table, got {body!r}", f"write it as [{section}] followed by keys")
+            fix = f"write it as [{section}] followed by keys"
+            raise _fail(section, "", f"expected a table, got {_short(body)}", fix)
         values = {}
         for key, raw in body.items():
             if key not in SCHEMA[section]:
                 known = ", ".join(SCHEMA[section])
-                raise _fail(section, key, "unknown key", f"remove it or use one of: {known}")
+                raise _fail(section, _short(key)[1:-1], "unknown key", f"remove it or use one of: {known}")
             values[key] = _convert(section, key, raw)
         sections[section] = values
-    built = {}
-    for section, cls in _SECTION_TYPES.items():
-        defaults = {k: _convert(section, k, v[1]) for k, v in SCHEMA[section].items()}
-        defaults.update(sections.get(section, {}))
-        built[section] = cls(**defaults)
+    built = {section: cls(**sections.get(section, {})) for section, cls in SECTION_TYPES.items()}
     return Config(path=path, extra=extra, **built)
 
 
@@ -297,58 +603,58 @@ def load(path: str | None = None, role: str | None = None) -> Config:
     """Read spur.conf from path (default $SPUR_CONF or /etc/spur/spur.conf) and validate it for role."""
     path = path or os.environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found; create it (see docs/configuration.md) or pass --conf") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; point --conf or SPUR_CONF at the spur.conf file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror}); check its permissions") from None
-    conf = parse(text, path)
+    conf = parse(decode(data, path), path)
     validate(conf, role)
     return conf
 
 
-# ------------------------------------------------------------------ validation
-
-
-def _addr(section: str, key: str, value: str, default_port: int | None = None) -> str:
+def decode(data: bytes, path: str) -> str:
+    """spur.conf bytes -> text; TOML files are UTF-8, and the error says where the first bad byte is."""
     try:
-        return normalize_addr(value, default_port)
-    except ValueError as exc:
-        raise _fail(section, key, f"bad address {value!r} ({exc})", "write host:port, like 127.0.1.1:6817") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, column {column}); "
+            "save the file as UTF-8"
+        ) from None
+
+
+# ------------------------------------------------------------------ validation: rules between keys, per role
 
 
 def validate(conf: Config, role: str | None) -> None:
     """Cross-key rules. role is 'controller', 'agent', 'client' or None (keys and types only)."""
-    c = conf.controller
-    hosts = [_addr("controller", "hosts", h, CONTROLLER_GRPC_PORT) for h in c.hosts]
+    hosts = [_addr("controller", "hosts", h, CONTROLLER_GRPC_PORT) for h in conf.controller.hosts]
     if len(set(hosts)) != len(hosts):
         dup = next(h for h in hosts if hosts.count(h) > 1)
         raise _fail("controller", "hosts", f"{dup} is listed twice", "list every controller once")
-    level = conf.log.level
-    if level not in ("debug", "info", "warning", "error"):
-        raise _fail("log", "level", f"unknown level {level!r}", "use debug, info, warning or error")
-    if conf.auth.type not in ("none", "munge"):
-        raise _fail("auth", "type", f"unknown type {conf.auth.type!r}", "use munge, or none for a local demo")
     if role == "controller":
-        _validate_controller(conf)
+        _validate_controller(conf, hosts)
+        _validate_exposure(conf, "controller")
     elif role == "agent":
         _validate_agent(conf)
+        _validate_exposure(conf, "agent")
     elif role == "client" and not hosts:
         raise _fail("controller", "hosts", "empty", 'list the controllers, like hosts = ["ctl1:6817"]')
 
 
-def _validate_controller(conf: Config) -> None:
+def _validate_controller(conf: Config, hosts: list[str]) -> None:
     c = conf.controller
-    if not conf.cluster.name or not all(ch.isalnum() or ch in "-_" for ch in conf.cluster.name):
-        raise _fail("cluster", "name", f"bad name {conf.cluster.name!r}", "use letters, digits, '-' and '_'")
     if not c.raft_addr:
         raise _fail("controller", "raft_addr", "missing", "set it to this controller's host:port, like 127.0.1.1:6821")
     own = _addr("controller", "raft_addr", c.raft_addr, RAFT_PORT)
-    if own.split(":")[0] in ("0.0.0.0", "[::]"):
+    if _is_wildcard(split_host_port(own)[0]):
         raise _fail("controller", "raft_addr", f"{c.raft_addr!r} is a wildcard", "use this controller's own address")
-    _addr("controller", "listen_addr", c.listen_addr, CONTROLLER_GRPC_PORT)
-    _addr("controller", "probe_addr", c.probe_addr)
     if not c.peers:
         raise _fail("controller", "peers", "empty", f'list every controller\'s raft_addr, this one included: ["{own}"]')
     peers = [_addr("controller", "peers", p, RAFT_PORT) for p in c.peers]
@@ -366,16 +672,13 @@ def _validate_controller(conf: Config) -> None:
         raise _fail(
             "controller", "peers", "2 controllers cannot survive the loss of either", "use 1, 3 or 5 controllers"
         )
-    if not c.state_dir:
-        raise _fail("controller", "state_dir", "empty", "set a directory for the Raft journal, like /var/lib/spur/ctld")
-    if c.heartbeat_timeout_secs <= 0:
-        raise _fail("controller", "heartbeat_timeout_secs", f"{c.heartbeat_timeout_secs} is not positive", "use 60")
-    if not 0 < c.election_timeout_min_ms < c.election_timeout_max_ms:
+    if len(peers) == 1:
+        _validate_single_controller(c, hosts)
+    if not c.election_timeout_min_ms < c.election_timeout_max_ms:
         raise _fail(
             "controller",
             "election_timeout_min_ms",
-            f"{c.election_timeout_min_ms} must be positive and below election_timeout_max_ms "
-            f"({c.election_timeout_max_ms})",
+            f"{c.election_timeout_min_ms} must be below election_timeout_max_ms ({c.election_timeout_max_ms})",
             "use 300 and 800",
         )
     if c.election_timeout_min_ms <= 3 * c.append_entries_period_ms:
@@ -392,43 +695,51 @@ def _validate_controller(conf: Config) -> None:
             f"{c.connection_retry_ms} must be below election_timeout_min_ms ({c.election_timeout_min_ms})",
             "use 250 (a slower reconnect makes a restarted member depose the leader)",
         )
-    for key in (
-        "scheduler_interval_ms",
-        "grpc_workers",
-        "log_compaction_entries",
-        "leader_fallback_ms",
-        "min_job_age_secs",
-    ):
-        if getattr(c, key) <= 0:
+    check_secret_file("controller", "raft_secret_file", c.raft_secret_file)
+
+
+def _validate_single_controller(c: Any, hosts: list[str]) -> None:
+    """A lone controller with an empty state asks every other host in `hosts` first: one that is not a
+    controller never answers, and the start would wait for ever. Refuse what is clearly another host."""
+    listen = _addr("controller", "listen_addr", c.listen_addr, CONTROLLER_GRPC_PORT)
+    fix = f'list only this controller, hosts = ["{listen}"], or add the other controllers to peers'
+    if len(hosts) > 1:
+        raise _fail("controller", "hosts", f"lists {len(hosts)} controllers but peers lists only this one", fix)
+    listen_host, listen_port = split_host_port(listen)
+    for entry in hosts:
+        host, port = split_host_port(entry)
+        # A host name or a wildcard listen_addr may still be this controller: only literal mismatches are sure.
+        other_ip = _is_ip(host) and _is_ip(listen_host) and not _is_wildcard(listen_host) and host != listen_host
+        if port != listen_port or other_ip:
             raise _fail(
                 "controller",
-                key,
-                f"{getattr(c, key)} is not positive",
-                f"use the default {SCHEMA['controller'][key][1]}",
+                "hosts",
+                f"{entry} is not this controller ({listen}), and peers lists only this one, so the start would "
+                f"wait for ever for {entry} to answer",
+                fix,
             )
-    if c.write_timeout_secs <= 0:
-        raise _fail("controller", "write_timeout_secs", f"{c.write_timeout_secs} is not positive", "use 5")
-    check_secret_file("controller", "raft_secret_file", c.raft_secret_file)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
 
 
 def _validate_agent(conf: Config) -> None:
     a = conf.agent
     if not conf.controller.hosts:
         raise _fail("controller", "hosts", "empty", 'list the controllers the agent registers with: ["ctl1:6817"]')
-    _addr("agent", "listen_addr", a.listen_addr, AGENT_GRPC_PORT)
-    if a.advertise_addr:
-        _addr("agent", "advertise_addr", a.advertise_addr, AGENT_GRPC_PORT)
-    _addr("agent", "probe_addr", a.probe_addr)
-    name = a.node_name or socket.gethostname().split(".")[0]
-    if not name or not all(ch.isalnum() or ch in "-_." for ch in name):
-        raise _fail("agent", "node_name", f"bad name {name!r}", "use letters, digits, '-', '_' and '.'")
-    if a.cpus < 0 or a.memory_mb < 0:
-        raise _fail("agent", "cpus" if a.cpus < 0 else "memory_mb", "negative", "use 0 for auto-detection")
-    if a.kill_wait_secs < 0 or a.launch_timeout_secs <= 0:
-        key = "kill_wait_secs" if a.kill_wait_secs < 0 else "launch_timeout_secs"
-        raise _fail("agent", key, f"{getattr(a, key)} is out of range", f"use the default {SCHEMA['agent'][key][1]}")
-    if a.heartbeat_interval_secs <= 0:
-        raise _fail("agent", "heartbeat_interval_secs", f"{a.heartbeat_interval_secs} is not positive", "use 5")
+    name = node_name(conf)
+    if not re.fullmatch(SCHEMA["agent"]["node_name"].pattern, name):
+        raise _fail(
+            "agent",
+            "node_name",
+            f"the host name {name!r} is not a valid node name",
+            f"set node_name to {SCHEMA['agent']['node_name'].pattern_text}",
+        )
     if a.heartbeat_interval_secs * 3 > conf.controller.heartbeat_timeout_secs:
         raise _fail(
             "agent",
@@ -437,8 +748,61 @@ def _validate_agent(conf: Config) -> None:
             f"({conf.controller.heartbeat_timeout_secs})",
             "lower the interval or raise the timeout",
         )
-    if not a.state_dir:
-        raise _fail("agent", "state_dir", "empty", "set a directory for supervisor sessions, like /var/lib/spur/agent")
+    if a.stepd_path and not (os.path.isfile(a.stepd_path) and os.access(a.stepd_path, os.X_OK)):
+        problem = "does not exist" if not os.path.exists(a.stepd_path) else "is not an executable file"
+        raise _fail(
+            "agent",
+            "stepd_path",
+            f"{a.stepd_path} {problem}",
+            "point it at the spurstepd of this release, or remove it to use the one next to spurd",
+        )
+
+
+def _validate_exposure(conf: Config, section: str) -> None:
+    """A daemon that believes every caller (auth none) must not be reachable from other hosts by default."""
+    if conf.auth.type == "munge":
+        _check_munge_socket(conf.auth.munge_socket)
+        return
+    listen = getattr(conf, section).listen_addr
+    host, _port = split_host_port(listen, CONTROLLER_GRPC_PORT)
+    if is_loopback(host) or conf.auth.allow_unauthenticated_network:
+        return
+    raise _fail(
+        section,
+        "listen_addr",
+        f"{listen} can be reached from other hosts, and [auth] type = \"none\" lets any caller act as any user",
+        'use [auth] type = "munge", listen on a loopback address (127.0.0.1), or accept the risk with '
+        "[auth] allow_unauthenticated_network = true",
+    )
+
+
+def _check_munge_socket(path: str) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise _fail(
+            "auth",
+            "munge_socket",
+            f"{path} does not exist (munged is not running, or it uses another socket)",
+            "start munged (systemctl start munge) or point munge_socket at its socket",
+        ) from None
+    except OSError as exc:
+        raise _fail("auth", "munge_socket", f"{path}: {exc.strerror}", "check the path and its permissions") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise _fail("auth", "munge_socket", f"{path} is not a socket", "point munge_socket at munged's socket")
+
+
+def startup_warnings(conf: Config, role: str | None) -> list[str]:
+    """Lines a daemon logs as WARNING at start: risks the configuration accepts on purpose."""
+    if role not in ("controller", "agent") or conf.auth.type != "none" or not conf.auth.allow_unauthenticated_network:
+        return []
+    listen = getattr(conf, role).listen_addr
+    if is_loopback(split_host_port(listen, CONTROLLER_GRPC_PORT)[0]):
+        return []
+    return [
+        f"[auth] allow_unauthenticated_network = true: listening on {listen} without authentication; anyone "
+        'who reaches this port can act as any user, root included (use [auth] type = "munge")'
+    ]
 
 
 def check_secret_file(section: str, key: str, path: str) -> None:
@@ -449,6 +813,8 @@ def check_secret_file(section: str, key: str, path: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         raise _fail(section, key, f"{path} does not exist", "create it with a random secret and mode 0600") from None
+    except OSError as exc:
+        raise _fail(section, key, f"{path}: {exc.strerror}", "check the path and its permissions") from None
     if not stat.S_ISREG(st.st_mode):
         raise _fail(section, key, f"{path} is not a regular file", "point it at a file with mode 0600")
     if st.st_mode & 0o077:
@@ -456,8 +822,11 @@ def check_secret_file(section: str, key: str, path: str) -> None:
 
 
 def read_secret(path: str) -> str:
-    with open(path, encoding="utf-8") as fh:
-        secret = fh.read().strip()
+    try:
+        with open(path, "rb") as fh:
+            secret = decode(fh.read(), path).strip()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}); check its permissions") from None
     if not secret:
         raise ConfigError(f"{path}: the secret file is empty; write a random secret into it")
     return secret

@@ -15,7 +15,7 @@ import sys
 import threading
 
 from spur_hpc import buildinfo
-from spur_hpc.conf import ConfigError
+from spur_hpc.conf import ConfigError, startup_warnings
 
 
 class StartupError(Exception):
@@ -87,6 +87,7 @@ class Daemon:
         )
         try:
             self.configure(args)
+            self._log_config_risks()
             signal.signal(signal.SIGTERM, self._on_term)
             signal.signal(signal.SIGINT, self._on_term)
             signal.signal(signal.SIGHUP, self._on_hup)
@@ -102,6 +103,13 @@ class Daemon:
             self._safe_stop()
         self.log.info("stopped")
         return self.exit_code
+
+    def _log_config_risks(self) -> None:
+        """Risks the configuration accepts on purpose (an opt-in) are said once, loudly, at start."""
+        loaded = getattr(self, "conf", None)
+        if loaded is not None and self.conf_role:
+            for line in startup_warnings(loaded, self.conf_role):
+                self.log.warning(line)
 
     def _safe_stop(self) -> None:
         try:

@@ -98,7 +98,7 @@ def controller_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
         try:
             with open(path, encoding="utf-8") as fh:
                 hosts = hosts_from_conf_text(fh.read())
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             hosts = None  # the full loader below says what is wrong with the file
         if not hosts:
             from spur_hpc import conf
