@@ -15,7 +15,7 @@ import pytest
 
 from agents import AgentProc, cleanup
 from harness import BIN, wait_until
-from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 
 pytestmark = pytest.mark.skipif(not shutil.which("munged"), reason="munged is not installed (apt-get install munge)")
 
@@ -128,3 +128,37 @@ def test_requests_without_a_valid_credential_are_refused(secured, munge):
                              metadata=(("spur-auth", credential(munge, as_nobody=True)),))
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert not Path(agent.state_dir / "999.1").exists()
+
+
+def test_agent_ping_and_cluster_probe_need_a_credential(secured, munge):
+    """The cluster above bootstrapped (3 controllers asking each other with credentials) and the agent registered;
+    what runs where (jobs, supervisor pids) and the membership are told only to administrators."""
+    cluster, agent, work, env = secured
+    job = run(env, work, "sbatch", "--parsable", "--wrap", "sleep 60")
+    assert job.returncode == 0, job.stderr
+    job_id = int(job.stdout.strip())
+    wait_until(lambda: job_id in agent.running(), 30, "the job to run on the agent")
+    agent_stub = agent.stub()
+    probe_stub = raft_internal_pb2_grpc.RaftInternalStub(grpc.insecure_channel(cluster.wait_leader().grpc_addr))
+    probe_request = raft_internal_pb2.ClusterProbeRequest(cluster_name=cluster.name)
+    for metadata in ((), (("spur-auth", "none:0:0"),)):
+        for call in (lambda m: agent_stub.Ping(slurm_pb2.PingRequest(), timeout=5, metadata=m),
+                     lambda m: probe_stub.ClusterProbe(probe_request, timeout=5, metadata=m)):
+            with pytest.raises(grpc.RpcError) as info:
+                call(metadata)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value.details()
+            assert "MUNGE credential" in info.value.details() and "\n" not in info.value.details()
+    # A user learns the node is up, not what runs on it.
+    user = agent_stub.Ping(slurm_pb2.PingRequest(), timeout=5,
+                           metadata=(("spur-auth", credential(munge, as_nobody=True)),))
+    assert user.node == agent.name and user.registered and not user.running
+    with pytest.raises(grpc.RpcError) as info:
+        probe_stub.ClusterProbe(probe_request, timeout=5, metadata=(("spur-auth", credential(munge, as_nobody=True)),))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "controllers only" in info.value.details()
+    # root (an administrator) gets the details.
+    admin = agent_stub.Ping(slurm_pb2.PingRequest(), timeout=5, metadata=(("spur-auth", credential(munge)),))
+    running = {r.job_id: r.supervisor_pid for r in admin.running}
+    assert running.get(job_id) == agent.running()[job_id]["supervisor_pid"] > 0
+    reply = probe_stub.ClusterProbe(probe_request, timeout=5, metadata=(("spur-auth", credential(munge)),))
+    assert reply.has_cluster and sorted(reply.members) == sorted(cluster.peers)
+    assert run(env, work, "scancel", str(job_id)).returncode == 0

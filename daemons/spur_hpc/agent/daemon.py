@@ -106,19 +106,6 @@ class AgentDaemon(Daemon):
 
     # -------------------------------------------------------------- start
 
-    def _authorize(self, context: grpc.ServicerContext, action: str) -> None:
-        """Only the controllers (root or an [auth] admin) may launch or signal jobs on this node."""
-        credential = dict(context.invocation_metadata() or ()).get(auth.METADATA_KEY)
-        try:
-            who = self.verifier.identify(credential)
-        except auth.AuthError as exc:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        if not auth.is_admin(who, self.conf.auth.admins):
-            context.abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"user {who.user} (uid {who.uid}) may not {action} on {self.node}: controllers only",
-            )
-
     def start(self) -> None:
         assert self.conf is not None and self.client is not None
         a = self.conf.agent
@@ -142,7 +129,8 @@ class AgentDaemon(Daemon):
         except OSError as exc:
             raise StartupError(f"{exc}; stop whatever holds it or change [agent] listen_addr/probe_addr") from None
         slurm_pb2_grpc.add_SlurmAgentServicer_to_server(
-            AgentServicer(self.node, self.table, self.registered.is_set, self._authorize), self.server
+            AgentServicer(self.node, self.table, self.registered.is_set, self.verifier, self.conf.auth.admins),
+            self.server,
         )
         self.probe.start()  # liveness only; /readyz stays 503 until registered
         self.log.info(

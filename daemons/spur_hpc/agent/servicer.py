@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from spur_hpc import buildinfo
+from spur_hpc import auth, buildinfo
 from spur_hpc.agent.supervisors import LaunchError, SupervisorTable
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import spec_from_pb
@@ -29,17 +29,43 @@ def running_pb(table: SupervisorTable) -> list[slurm_pb2.RunningJob]:
 
 
 class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
+    """Every call needs a valid credential ([auth]); only administrators (the controllers) may launch or
+    signal jobs, or see which jobs run here and their supervisor pids. verifier None: no checks (unit tests)."""
+
     def __init__(
         self,
         node: str,
         table: SupervisorTable,
         registered: Callable[[], bool],
-        authorize: Callable[[Any, str], None] | None = None,
+        verifier: auth.Verifier | None = None,
+        admins: tuple[str, ...] | list[str] = (),
     ) -> None:
         self.node = node
-        self.authorize = authorize or (lambda _context, _action: None)
         self.table = table
         self.registered = registered
+        self.verifier = verifier
+        self.admins = tuple(admins)
+
+    def caller(self, context: grpc.ServicerContext) -> auth.Identity | None:
+        """Who asks (None when unchecked); aborts UNAUTHENTICATED without a valid credential."""
+        if self.verifier is None:
+            return None
+        credential = dict(context.invocation_metadata() or ()).get(auth.METADATA_KEY)
+        try:
+            return self.verifier.identify(credential)
+        except auth.AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+
+    def is_admin(self, who: auth.Identity | None) -> bool:
+        return who is None or auth.is_admin(who, self.admins)
+
+    def authorize(self, context: grpc.ServicerContext, action: str) -> None:
+        who = self.caller(context)
+        if not self.is_admin(who):
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"user {who.user} (uid {who.uid}) may not {action} on {self.node}: controllers only",
+            )
 
     def Ping(self, request, context):  # noqa: N802 (gRPC's names)
         return slurm_pb2.AgentPingReply(
@@ -47,7 +73,8 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
             version=buildinfo.version(),
             build=buildinfo.build(),
             registered=self.registered(),
-            running=running_pb(self.table),
+            # Which jobs run here and their pids are for the controllers and administrators only.
+            running=running_pb(self.table) if self.is_admin(self.caller(context)) else [],
         )
 
     def LaunchJob(self, request, context):  # noqa: N802

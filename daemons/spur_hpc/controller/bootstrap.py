@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 import grpc
 
 from spur_hpc import grpcutil
+from spur_hpc.auth import AuthError
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc
 
 log = logging.getLogger("spurctld.bootstrap")
 
 NO_CLUSTER, HAS_CLUSTER, UNKNOWN = "no-cluster", "has-cluster", "unknown"
+Metadata = tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -43,13 +45,21 @@ class Decision:
     message: str = ""
 
 
-def probe_peer(host: str, own_raft: str, cluster_name: str, timeout: float) -> PeerAnswer:
+def probe_peer(
+    host: str, own_raft: str, cluster_name: str, timeout: float, credential: Callable[[], Metadata] = tuple
+) -> PeerAnswer:
+    """credential() gives the metadata of one call (a MUNGE credential is good for one request only)."""
+    try:
+        metadata = credential()
+    except AuthError as exc:
+        return PeerAnswer(host, UNKNOWN, error=str(exc))
     try:
         with grpcutil.channel(host) as ch:
             stub = raft_internal_pb2_grpc.RaftInternalStub(ch)
             reply = stub.ClusterProbe(
                 raft_internal_pb2.ClusterProbeRequest(from_raft_addr=own_raft, cluster_name=cluster_name),
                 timeout=timeout,
+                metadata=metadata,
             )
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -115,9 +125,10 @@ def decide(
     stop: Callable[[], bool],
     wait_limit: float = 0.0,
     probe: Callable[[str], PeerAnswer] | None = None,
+    credential: Callable[[], Metadata] = tuple,
 ) -> Decision:
     """Ask every peer until a decision is possible. wait_limit > 0 gives up (refuses) after that many seconds."""
-    probe = probe or (lambda host: probe_peer(host, own_raft, cluster_name, timeout))
+    probe = probe or (lambda host: probe_peer(host, own_raft, cluster_name, timeout, credential))
     started = time.monotonic()
     last_report = 0.0
     pause = 0.2

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from spur_hpc import buildinfo, grpcutil
+from spur_hpc import auth, buildinfo, grpcutil
 from spur_hpc.accounting import SchemaTooNewError
 from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret, split_host_port
 from spur_hpc.controller import bootstrap, errors, storage, wal
@@ -40,6 +41,30 @@ _SCHEDULING_OPS = frozenset(
     {"job_submit", "job_end", "job_cancel", "job_requeue", "node_register", "node_resume", "job_release"}
 )
 JOINING_MARKER = "joining"
+
+
+def tighten_state_dir(state_dir: str) -> None:
+    """Take group and other access off the state directory and everything in it (an older release, or a
+    directory made by hand, may have left them readable), and say so once."""
+    fixed = []
+    for root, _dirs, files in os.walk(state_dir):
+        for path in [root] + [os.path.join(root, name) for name in files]:
+            st = os.stat(path) if path == state_dir else os.lstat(path)  # state_dir itself may be a symlink
+            if stat.S_ISLNK(st.st_mode) or not stat.S_IMODE(st.st_mode) & 0o077:
+                continue
+            try:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+            except OSError as exc:
+                raise storage.StorageError(
+                    f"[controller] state_dir {state_dir}: cannot make {path} private ({exc.strerror}); fix its owner"
+                ) from None
+            fixed.append(f"{os.path.relpath(path, state_dir)} {stat.S_IMODE(st.st_mode):04o}")
+    if fixed:
+        log.warning(
+            "[controller] state_dir %s was open to other users (%s): fixed, now for this user only (0700/0600)",
+            state_dir,
+            ", ".join(fixed[:5]) + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""),
+        )
 
 
 class ControllerDaemon(Daemon):
@@ -100,8 +125,12 @@ class ControllerDaemon(Daemon):
     # ---------------------------------------------------------------- start
 
     def start(self) -> None:
+        # The journal, snapshots and meta files hold every job's script and environment: whatever the
+        # umask we were started with, what this process creates is for its own user only.
+        os.umask(0o077)
         try:
             storage.prepare(self.paths)
+            tighten_state_dir(self.paths.state_dir)
             self._forget_unfinished_join()
             self.had_data = storage.has_data(self.paths)
             self.identity = storage.read_identity(self.paths)
@@ -219,6 +248,7 @@ class ControllerDaemon(Daemon):
             self.conf.controller.bootstrap_probe_timeout_secs,
             stop=self.stopping.is_set,
             wait_limit=self.conf.controller.bootstrap_wait_secs,
+            credential=lambda: auth.client_metadata(self.conf.auth.type, self.conf.auth.munge_socket),
         )
         if decision.action == "refuse":
             raise StartupError(f"refusing to start: {decision.message}")

@@ -393,6 +393,8 @@ class RaftInternalServicer(raft_internal_pb2_grpc.RaftInternalServicer):
 
     @rpc
     def ClusterProbe(self, request, context):
+        # Controllers ask each other at start, as root; the membership and addresses are nobody else's business.
+        self.node.authz.require_admin(self.node.authz.caller(context), "probe the cluster (controllers only)")
         reply = self.node.probe_reply()
         if request.from_raft_addr:
             log.info("ClusterProbe from %s: answered has_cluster=%s", request.from_raft_addr, reply.has_cluster)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger("spur.session")
 
 RECORD_FORMAT = 1
 SESSION_NAME = re.compile(r"^(\d{1,18})\.(\d{1,9})$")
@@ -82,6 +85,11 @@ def open_state_dir(path: str, create: bool = True) -> int:
             raise SessionError(f"state_dir {path} is owned by uid {st.st_uid}, expected {os.geteuid()}")
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.fchmod(fd, 0o700)
+            log.warning(
+                "state_dir %s had mode %04o (job scripts and environments open to other users): fixed, now 0700",
+                path,
+                stat.S_IMODE(st.st_mode),
+            )
     except BaseException:
         os.close(fd)
         raise
