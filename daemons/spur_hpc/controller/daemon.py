@@ -447,6 +447,7 @@ class ControllerDaemon(Daemon):
             has_quorum=raft.has_quorum(),
             joining=raft.holding_elections(),
             disk_free_mb=round(raft.disk.free_bytes() / 2**20, 1),
+            disk_full=raft.disk.full_reason(),  # None, or why this member refuses writes and replicated entries
             connected_peers=raft.connected_peers(),
         )
         if role == "leader":

@@ -9,6 +9,7 @@ store until it has caught up, and a member that cannot read a record stops inste
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -20,6 +21,7 @@ from typing import Any
 import pysyncobj.syncobj as _syncobj_module
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.pickle import to_bytes
 
 from spur_hpc.controller import wal
 from spur_hpc.controller.state import ClusterState
@@ -77,13 +79,23 @@ class DiskFullError(RaftError):
 
 
 class DiskGuard:
-    """Free space under state_dir, looked up at most once a second (statvfs costs microseconds)."""
+    """Free space under state_dir, looked up at most once a second (statvfs costs microseconds).
+
+    The leader checks it before it takes a write; the journal checks it before every append, so a
+    follower refuses replicated entries the same way (see DurableJournal).
+    """
 
     def __init__(self, path: str, min_free_mb: int) -> None:
         self.path = path
         self.min_free = min_free_mb * 1024 * 1024
         self.checked = 0.0
         self.free = None
+        self.refusing: str | None = None  # why the journal refuses appends right now (shown in /status)
+        _GUARDS[os.path.abspath(path)] = self  # the journal pysyncobj creates finds its guard here
+
+    @staticmethod
+    def for_dir(path: str) -> DiskGuard:
+        return _GUARDS.get(os.path.abspath(path)) or DiskGuard(path, 0)
 
     def free_bytes(self) -> int:
         now = time.monotonic()
@@ -93,13 +105,35 @@ class DiskGuard:
             self.checked = now
         return self.free
 
-    def check(self) -> None:
+    def problem(self) -> str | None:
         free = self.free_bytes()
-        if free < self.min_free:
-            raise DiskFullError(
-                f"state_dir {self.path} has {free / 2**20:.1f} MB free, below [controller] min_free_disk_mb "
-                f"({self.min_free // 2**20} MB); writes are refused until space is freed there"
-            )
+        if free >= self.min_free:
+            return None
+        return (
+            f"state_dir {self.path} has {free / 2**20:.1f} MB free, below [controller] min_free_disk_mb "
+            f"({self.min_free // 2**20} MB); writes are refused until space is freed there"
+        )
+
+    def check(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise DiskFullError(problem)
+
+    def full_error(self, exc: OSError, what: str) -> DiskFullError:
+        """The error for a write that failed with ENOSPC although the guard let it through."""
+        self.free = None  # look again: later writes are refused by check() while space is short
+        free = self.free_bytes()
+        return DiskFullError(
+            f"state_dir {self.path} is full ({free / 2**20:.1f} MB free): cannot write {what} ({exc.strerror}); "
+            "writes are refused until space is freed there"
+        )
+
+    def full_reason(self) -> str | None:
+        """The disk condition for /status: None when writes are taken."""
+        return self.refusing or self.problem()
+
+
+_GUARDS: dict[str, DiskGuard] = {}
 
 
 class _FsyncMetaStorer(MetaStorer):
@@ -110,12 +144,23 @@ class _FsyncMetaStorer(MetaStorer):
 
         path = self.getPath()
         tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(dumps(meta))
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(dumps(meta))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:
+            _unlink_quietly(tmp)  # the old file stays as it was
+            raise
         os.replace(tmp, path)
         _fsync_dir(os.path.dirname(path))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _fsync_dir(path: str) -> None:
@@ -126,19 +171,91 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+# The journal file grows by this much at a time, allocated before the mmap covers it.
+_JOURNAL_GROWTH = 1024 * 1024
+
+
 class DurableJournal(FileJournal):
     """pysyncobj's FileJournal writes through mmap and never syncs; this one msyncs every entry before
-    pysyncobj can acknowledge it (followers answer AppendEntries right after add())."""
+    pysyncobj can acknowledge it (followers answer AppendEntries right after add()).
 
-    def __init__(self, path: str) -> None:
+    A full disk: FileJournal grows its file with ftruncate and writes the new pages through the mmap,
+    and a page the filesystem cannot allocate is a SIGBUS that kills the process with no log line. Here
+    the guard is checked and the space allocated (posix_fallocate, where ENOSPC is an exception) before
+    FileJournal sees the entry, so a refused entry is neither in memory nor in the file. A follower that
+    refuses stays up: the exception ends the handling of that AppendEntries before the acknowledgement
+    is sent, so the leader retries, and it catches up by itself once space returns. Exiting instead would
+    need a supervisor to loop on a member that cannot start either, for no gain in safety.
+    """
+
+    def __init__(self, path: str, guard: DiskGuard | None = None) -> None:
         super().__init__(path)
         self._FileJournal__metaStorer = _FsyncMetaStorer(path + ".meta")
         self._bulk = False
+        self.guard = guard or DiskGuard.for_dir(os.path.dirname(path) or ".")
+        self._allocated = 0  # bytes of the file known to be allocated (0: holes left by older releases)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
+        if not self._bulk:  # compaction rewrites entries in place: it needs no new space
+            self._make_room(28 + len(to_bytes(command)))  # size(4) idx(8) term(8) command size(4), pysyncobj's
         super().add(command, idx, term)
         if not self._bulk:
             self.flush()
+            if self.guard.refusing is not None and self.guard.problem() is None:
+                self.guard.refusing = None
+                log.warning("state_dir %s has space again: this controller takes replicated entries again",
+                            self.guard.path)
+
+    def _make_room(self, size: int) -> None:
+        try:
+            self.guard.check()
+            end = self._FileJournal__currentOffset + size
+            if end > self._allocated:
+                self._grow(end)
+        except DiskFullError as exc:
+            self._refuse(exc)
+        except OSError as exc:
+            self._refuse_if_full(exc, "the journal")
+
+    def _grow(self, end: int) -> None:
+        rf = self._FileJournal__journalFile
+        target = -(-end // _JOURNAL_GROWTH) * _JOURNAL_GROWTH
+        fd = rf._ResizableFile__f.fileno()
+        try:  # from 0: pages an older release left unallocated are allocated too
+            os.posix_fallocate(fd, 0, target)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            target = end  # no room for a whole step: room for this entry is enough
+            os.posix_fallocate(fd, 0, target)
+        mm = rf._ResizableFile__mm
+        if len(mm) < target:
+            mm.resize(target)  # the file has that size already: this only maps the allocated pages
+        self._allocated = target
+
+    def _refuse_if_full(self, exc: OSError, what: str) -> None:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise exc
+        self._refuse(self.guard.full_error(exc, what))
+
+    def _refuse(self, exc: DiskFullError) -> None:
+        if self.guard.refusing is None:
+            log.error("%s: this controller acknowledges no replicated entry until then, and catches up from the "
+                      "leader by itself afterwards (docs/troubleshooting.md)", exc)
+        self.guard.refusing = str(exc)
+        raise exc
+
+    def setCurrentTerm(self, term: int, votedForNodeId) -> None:  # noqa: N802, N803 (pysyncobj's names)
+        try:
+            super().setCurrentTerm(term, votedForNodeId)  # pysyncobj sends no vote when this raises
+        except OSError as exc:
+            self._refuse_if_full(exc, "the term and vote")
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        try:
+            super().onOneSecondTimer()  # stores the commit index; retried next second when refused
+        except OSError as exc:
+            self._refuse_if_full(exc, "the commit index")
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 (pysyncobj's name)
         # Compaction rewrites the whole tail: sync once at the end, not per entry.
@@ -233,6 +350,8 @@ class SpurRaft(SyncObj):
         while not self._stopping.is_set():
             try:
                 self.doTick(period)
+            except DiskFullError:  # the journal logged it once; pysyncobj retries what it refused
+                time.sleep(period)
             except Exception as exc:  # a tick must never kill the thread silently, nor flood the log
                 text, when = self._last_tick_error
                 if str(exc) != text or time.monotonic() - when > 10:
