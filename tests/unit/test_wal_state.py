@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from spur_hpc.controller import wal
 from spur_hpc.controller.leader import plan_starts
-from spur_hpc.controller.state import ClusterState, StateFormatError
+from spur_hpc.controller.state import ClusterState, StateFormatError, submission_key
 
 
 def rec(op, **kw):
@@ -120,6 +120,39 @@ def test_job_ids_continue_across_snapshot_and_idempotency():
     assert again == {"ok": True, "job_id": 2, "duplicate": True}
     restored = pickle.loads(pickle.dumps(s))
     assert restored.apply(rec("job_submit", spec=spec(), key="", time=3.0))["job_id"] == 4
+
+
+def test_idempotency_keys_are_scoped_per_user_and_keys_of_older_releases_keep_working():
+    s = new_cluster()
+    # Written by an older release: the key unscoped, the job uid 0's.
+    legacy = s.apply(rec("job_submit", spec=spec(user="root", uid=0), key="old", time=1.0))["job_id"]
+    root = s.apply(rec("job_submit", spec=spec(user="root", uid=0), key=submission_key(0, "k"), time=2.0))["job_id"]
+    assert s.find_submission(0, "k") == root
+    assert s.find_submission(65534, "k") is None, "another user's key is not this user's submission"
+    nobody = s.apply(rec("job_submit", spec=spec(user="nobody", uid=65534), key=submission_key(65534, "k"), time=3.0))
+    assert nobody == {"ok": True, "job_id": root + 1, "duplicate": False}
+    assert s.find_submission(65534, "k") == root + 1
+    # The same user repeating the key: the proposer answers from the index, and a record raced past it is a duplicate.
+    again = s.apply(rec("job_submit", spec=spec(user="nobody", uid=65534), key=submission_key(65534, "k"), time=4.0))
+    assert again == {"ok": True, "job_id": root + 1, "duplicate": True}
+    restored = pickle.loads(pickle.dumps(s))  # a member restored from a snapshot answers the same
+    for state in (s, restored):
+        assert state.find_submission(0, "old") == legacy
+        assert state.find_submission(65534, "old") is None
+        assert state.find_submission(0, "k") == root and state.find_submission(65534, "k") == root + 1
+    # A scoped entry never collides with an unscoped key of the same text.
+    assert submission_key(0, "k") not in ("0k", "0:k", "k")
+
+
+def test_a_leader_hold_records_its_reason_and_release_clears_it():
+    s = new_cluster()
+    job = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    assert s.apply(rec("job_hold", job_id=job, reason="launch failed 3 times on n1: UNAVAILABLE"))["ok"]
+    assert s.jobs[job]["held"] and s.jobs[job]["reason"] == "launch failed 3 times on n1: UNAVAILABLE"
+    s.apply(rec("job_release", job_id=job))
+    assert not s.jobs[job]["held"] and s.jobs[job]["reason"] == "None"
+    s.apply(rec("job_hold", job_id=job))
+    assert s.jobs[job]["reason"] == "JobHeldAdmin", "scontrol hold still reads as Slurm's"
 
 
 def test_snapshot_from_a_newer_release_is_refused():

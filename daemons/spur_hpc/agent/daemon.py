@@ -186,6 +186,11 @@ class AgentDaemon(Daemon):
             self.log.warning("not registered yet: %s", exc)
             return False
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                # Another live spurd holds this node name: retrying cannot help, only a config change can.
+                raise StartupError(
+                    f"controller {self.client.current} refused the registration: {exc.details()}"
+                ) from None
             self.log.error(
                 "controller %s refused the registration: %s: %s", self.client.current, exc.code().name, exc.details()
             )
@@ -202,6 +207,14 @@ class AgentDaemon(Daemon):
         self._handle_stale(reply.stale)
         return True
 
+    def _register_or_stop(self, deadline: float) -> None:
+        """A registration after start-up: a refusal that retrying cannot fix stops spurd (exit status 2)."""
+        try:
+            self._register(deadline)
+        except StartupError as exc:
+            self.log.error("%s", exc)
+            self.request_stop(2)
+
     def _handle_stale(self, stale: Any) -> None:
         if stale and self.table is not None:
             self.table.cancel_stale([(r.job_id, r.attempt) for r in stale])
@@ -212,7 +225,7 @@ class AgentDaemon(Daemon):
         while not self.stopping.wait(interval):
             deadline = time.monotonic() + interval
             if not self.registered.is_set():
-                self._register(deadline)
+                self._register_or_stop(deadline)
                 continue
             request = slurm_pb2.HeartbeatRequest(name=self.node, running=running_pb(self.table))
             try:
@@ -229,7 +242,7 @@ class AgentDaemon(Daemon):
                     "controller %s does not know node %s: registering again", self.client.current, self.node
                 )
                 self.registered.clear()
-                self._register(time.monotonic() + interval)
+                self._register_or_stop(time.monotonic() + interval)
                 continue
             self._handle_stale(reply.stale)
 

@@ -19,6 +19,10 @@ class Conflict(ControllerError):
     """The request is valid but the current state refuses it (FAILED_PRECONDITION)."""
 
 
+class AlreadyExists(ControllerError):
+    """The name is taken by someone else (ALREADY_EXISTS)."""
+
+
 class PermissionDenied(ControllerError):
     pass
 

@@ -22,6 +22,7 @@ _CODES = [
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
@@ -299,7 +300,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
-        job_id, duplicate = self.service.submit(spec, request.idempotency_key)
+        job_id, duplicate = self.service.submit(spec, request.idempotency_key, submitter_uid=who.uid)
         self.node.poke_scheduler()
         return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
 

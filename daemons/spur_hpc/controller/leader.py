@@ -24,7 +24,14 @@ from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld.leader")
 
+# Launch attempts of one job before the leader gives up: the job is held and the node drained, both with
+# the last error (a constant, not a key: an administrator fixes the node, not the count).
 LAUNCH_ATTEMPTS = 3
+# The job waits PENDING this long after its first failed launch, twice as long after the next: together
+# longer than a spurd restart takes, so a restarting agent does not get its node drained.
+LAUNCH_RETRY_SECS = 2.0
+# Stamped on the leader's own drains, so an operator (and `spur node resume --if-reason-prefix`) tells them apart.
+DRAIN_REASON_PREFIX = "spurctld: "
 LAUNCH_RPC_TIMEOUT = 10.0
 SIGNAL_RETRY_SECS = 5.0
 TIME_LIMIT_GRACE_SECS = 60.0  # the supervisor enforces limits; the controller steps in only after this
@@ -71,6 +78,10 @@ class LeaderDuties:
         self.last_seen: dict[str, float] = {}
         self.last_seen_lock = threading.Lock()
         self.launching: set[tuple[int, int]] = set()
+        # Failed launches per job since it last launched or was held, and when it may be tried again (leader
+        # memory: a new leader starts counting afresh, which still bounds the attempts per leader).
+        self.launch_failures: dict[int, int] = {}
+        self.retry_after: dict[int, float] = {}
         # Orphan detection, from the agents' own reports: pairs seen held, and pairs missing since when.
         self.held_seen: set[tuple[int, int]] = set()
         self.missing_since: dict[tuple[int, int], float] = {}
@@ -80,6 +91,7 @@ class LeaderDuties:
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="leader-duties", daemon=True)
         service.on_heartbeat = self.heartbeat_seen
+        service.node_alive = self.node_alive
 
     def start(self) -> None:
         self.thread.start()
@@ -114,6 +126,13 @@ class LeaderDuties:
                     self.missing_since.pop(key, None)
                 elif key not in self.launching:
                     self.missing_since.setdefault(key, now)
+
+    def node_alive(self, name: str) -> bool:
+        """True unless this leader has heard nothing from the node's agent for heartbeat_timeout_secs."""
+        with self.last_seen_lock:
+            seen = self.last_seen.get(name)
+        # Not judged yet (a new leader's grace period starts at its first tick): alive.
+        return seen is None or not self.was_leader or time.monotonic() - seen <= self.timeout
 
     def last_seen_wall(self) -> dict[str, float]:
         """Last heartbeat per node as wall-clock time (only meaningful on the leader)."""
@@ -157,6 +176,8 @@ class LeaderDuties:
         with self.last_seen_lock:
             self.last_seen = {n: now for n in names}
         self.launching.clear()
+        self.launch_failures.clear()
+        self.retry_after.clear()
         self.signalled.clear()
         self.held_seen.clear()
         self.missing_since.clear()
@@ -213,20 +234,23 @@ class LeaderDuties:
                     reason=f"the agent on {node} lost the job",
                 )
             else:
-                log.warning("job %s attempt %s: the agent on %s never started it: requeued", job_id, attempt, node)
-                self.service.write(
-                    "job_requeue",
-                    job_id=job_id,
-                    attempt=attempt,
-                    time=self.service.clock(),
-                    reason=f"the agent on {node} never started it",
-                )
+                self._launch_failed(job_id, attempt, node, f"the agent on {node} never started it")
 
     # -------------------------------------------------------------- scheduling
 
     def _schedule(self) -> None:
+        if self.retry_after:  # forget the pauses of jobs that left the queue meanwhile (cancelled, held)
+            ids = list(self.retry_after)
+            queued = (PENDING, RUNNING)
+            waiting = self.raft.read(lambda s: {j for j in ids if j in s.jobs and s.jobs[j]["state"] in queued})
+            for job_id in set(ids) - waiting:
+                self.retry_after.pop(job_id, None)
+                self.launch_failures.pop(job_id, None)
         plans = self.raft.read(plan_starts)
+        now = time.monotonic()
         for job_id, nodes in plans:
+            if self.retry_after.get(job_id, 0.0) > now:
+                continue  # its last launch failed: it stays PENDING (its reason says why) until the pause ends
             attempt = self.raft.read(lambda s, j=job_id: s.jobs[j]["attempt"]) + 1
             try:
                 self.service.write("job_start", job_id=job_id, nodes=nodes, attempt=attempt, time=self.service.clock())
@@ -243,6 +267,7 @@ class LeaderDuties:
         self.pool.submit(self._launch, job_id, attempt)
 
     def _launch(self, job_id: int, attempt: int) -> None:
+        """One LaunchJob call; a failure requeues the job (see _launch_failed) instead of retrying while RUNNING."""
         try:
             job = self.service.get_job(job_id)
             if job["state"] != RUNNING or job["attempt"] != attempt:
@@ -250,27 +275,16 @@ class LeaderDuties:
             head = job["nodes"][0]
             address = self.raft.read(lambda s: s.nodes[head]["address"])
             request = slurm_pb2.LaunchJobRequest(job=self.job_to_pb(job))
-            last_error = ""
-            for n in range(LAUNCH_ATTEMPTS):
-                try:
-                    reply = self.agents.stub(address).LaunchJob(
-                        request, timeout=LAUNCH_RPC_TIMEOUT, metadata=self.agents.metadata()
-                    )
-                    log.info(
-                        "job %s attempt %s launched on %s (supervisor pid %s)",
-                        job_id,
-                        attempt,
-                        head,
-                        reply.supervisor_pid,
-                    )
+            try:
+                reply = self.agents.stub(address).LaunchJob(
+                    request, timeout=LAUNCH_RPC_TIMEOUT, metadata=self.agents.metadata()
+                )
+            except grpc.RpcError as exc:
+                error = f"{exc.code().name}: {exc.details()}"
+                if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                    self._launch_failed(job_id, attempt, head, f"{error} (agent address {address})")
                     return
-                except grpc.RpcError as exc:
-                    last_error = f"{exc.code().name}: {exc.details()}"
-                    if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                        break
-                    time.sleep(0.5 * (n + 1))
-            log.warning("job %s attempt %s: launch on %s failed (%s): requeued", job_id, attempt, head, last_error)
-            if "INVALID_ARGUMENT" in last_error:
+                log.warning("job %s attempt %s: %s refused the launch (%s): FAILED", job_id, attempt, head, error)
                 self.service.write(
                     "job_end",
                     job_id=job_id,
@@ -279,23 +293,48 @@ class LeaderDuties:
                     exit_code=1,
                     signal=0,
                     time=self.service.clock(),
-                    reason=f"launch refused: {last_error}",
+                    reason=f"launch refused: {error}",
                 )
-            else:
-                self.service.write(
-                    "job_requeue",
-                    job_id=job_id,
-                    attempt=attempt,
-                    time=self.service.clock(),
-                    reason=f"launch on {head} failed",
-                )
-            self.poke()
+                self.poke()
+                return
+            self.launch_failures.pop(job_id, None)
+            self.retry_after.pop(job_id, None)
+            pid = reply.supervisor_pid
+            log.info("job %s attempt %s launched on %s (supervisor pid %s)", job_id, attempt, head, pid)
         except errors.ControllerError as exc:
             log.warning("job %s attempt %s: %s", job_id, attempt, exc)
         except Exception:
             log.exception("launch of job %s failed", job_id)
         finally:
             self.launching.discard((job_id, attempt))
+
+    def _launch_failed(self, job_id: int, attempt: int, node: str, error: str) -> None:
+        """Requeue a job whose launch failed; after LAUNCH_ATTEMPTS failures hold it and drain the node."""
+        failures = self.launch_failures.get(job_id, 0) + 1
+        reason = f"launch failed {failures} time{'s' if failures > 1 else ''} on {node}: {error}"
+        final = failures >= LAUNCH_ATTEMPTS
+        log.warning("job %s attempt %s: %s: %s", job_id, attempt, reason, "held, node drained" if final else "requeued")
+        # Before the requeue: the scheduler must not start the job again the moment it is PENDING.
+        self.launch_failures[job_id] = failures
+        self.retry_after[job_id] = time.monotonic() + LAUNCH_RETRY_SECS * 2 ** (failures - 1)
+        result = self.service.write(
+            "job_requeue",
+            job_id=job_id,
+            attempt=attempt,
+            time=self.service.clock(),
+            reason=reason if final else f"{reason}; retrying",
+        )
+        if not final:
+            return
+        try:
+            # The node first: if the hold cannot be written (WAL level 1), the job at least goes elsewhere.
+            drain_reason, now = DRAIN_REASON_PREFIX + reason, self.service.clock()
+            self.service.write("node_drain", name=node, reason=drain_reason, set_by="spurctld", time=now)
+            if result.get("state") == PENDING:
+                self.service.write("job_hold", job_id=job_id, reason=reason)
+        finally:
+            self.launch_failures.pop(job_id, None)
+            self.retry_after.pop(job_id, None)
 
     # -------------------------------------------------------------- cancels and time limits
 

@@ -14,7 +14,7 @@ from typing import Any
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
-from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, per_node_cpus
+from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, per_node_cpus, submission_key
 
 log = logging.getLogger("spurctld.service")
 
@@ -40,6 +40,8 @@ class ControllerService:
         self.member_grpc = member_grpc  # raft address -> gRPC address
         self.timeout = conf.controller.write_timeout_secs
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
+        # Whether a node's agent still heartbeats (the leader's liveness); unset: every registered node is live.
+        self.node_alive: Callable[[str], bool] | None = None
 
     # -------------------------------------------------------------- the write path
 
@@ -114,6 +116,7 @@ class ControllerService:
             raise errors.InvalidArgument(f"node {name} reports negative memory {memory_mb}")
         if not address:
             raise errors.InvalidArgument(f"node {name} sent no address; set [agent] listen_addr or advertise_addr")
+        self._refuse_name_taken(name, address)
         now = self.clock()
         if self.on_heartbeat:
             self.on_heartbeat(name, running)  # before the write: the timeout check must not judge the old time
@@ -132,6 +135,18 @@ class ControllerService:
         if self.on_heartbeat:
             self.on_heartbeat(name, running)  # after the write too: the held/missing bookkeeping needs the node
         return result
+
+    def _refuse_name_taken(self, name: str, address: str) -> None:
+        """A second spurd with a live node's name (a cloned host's default name) must not take the node over;
+        the same spurd restarted at the same address re-registers at once."""
+        holder = self.read(lambda s: s.nodes[name]["address"] if s.nodes.get(name, {}).get("registered") else None)
+        if holder is None or holder == address or (self.node_alive is not None and not self.node_alive(name)):
+            return
+        raise errors.AlreadyExists(
+            f"node {name} is registered by a live spurd at {holder}, so this spurd at {address} may not take it "
+            f"over: set [agent] node_name to a name of its own (the name is free again once the other spurd "
+            f"stops or misses heartbeats for heartbeat_timeout_secs = {self.conf.controller.heartbeat_timeout_secs})"
+        )
 
     def deregister_agent(self, name: str, reason: str) -> None:
         self.require_leader()
@@ -234,10 +249,18 @@ class ControllerService:
                 f"the job asks for {mem} MB per node but the largest node has {max(m for _c, m in nodes)} MB"
             )
 
-    def submit(self, spec: dict[str, Any], key: str) -> tuple[int, bool]:
+    def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
+        """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
         self._check_text("idempotency_key", key, 128)
         spec = self.validate_spec(spec)
-        result = self.write("job_submit", spec=spec, key=key, time=self.clock())
+        uid = spec.get("uid", 0) if submitter_uid is None else submitter_uid
+        if key:
+            earlier = self.read(lambda s: s.find_submission(uid, key))
+            if earlier is not None:
+                return earlier, True
+        # The record carries the scoped key, so every member (of any release) indexes it the same way.
+        scoped = submission_key(uid, key) if key else ""
+        result = self.write("job_submit", spec=spec, key=scoped, time=self.clock())
         return result["job_id"], result["duplicate"]
 
     def get_job(self, job_id: int) -> dict[str, Any]:

@@ -45,6 +45,13 @@ def err(code: str, message: str) -> dict[str, Any]:
     return {"ok": False, "code": code, "message": message}
 
 
+def submission_key(uid: int, key: str) -> str:
+    """The idempotency index entry of a client's key: scoped to the submitter's uid, so one user's key never
+    answers with another user's job. Clients cannot send a NUL (the service refuses it), so a scoped entry
+    never equals an unscoped key written by an older release (see find_submission)."""
+    return f"{uid}\x00{key}"
+
+
 def per_node_cpus(spec: dict[str, Any]) -> int:
     nodes = max(1, spec.get("nodes") or 1)
     total = max(1, spec.get("tasks") or 1) * max(1, spec.get("cpus_per_task") or 1)
@@ -98,6 +105,16 @@ class ClusterState:
     def user_job_ids(self, users: set[str]) -> list[int]:
         """The ids of the jobs of these users, in submission order."""
         return sorted(j for user in users for j in self.jobs_by_user.get(user, ()))
+
+    def find_submission(self, uid: int, key: str) -> int | None:
+        """The job this user already submitted with this idempotency key, if any."""
+        job_id = self.idempotency.get(submission_key(uid, key))
+        if job_id is None:
+            # Recorded unscoped by an older release: the same submission only if it was this user's.
+            job_id = self.idempotency.get(key)
+            if job_id is None or self.jobs.get(job_id, {}).get("spec", {}).get("uid") != uid:
+                return None
+        return job_id
 
     def fingerprint(self) -> Any:
         """Everything that must be equal on every member after the same records."""
@@ -450,7 +467,8 @@ class ClusterState:
         if job["state"] != PENDING:
             return err("conflict", f"job {job['job_id']} is {job['state']}; only pending jobs can be held")
         job["held"] = True
-        job["reason"] = "JobHeldAdmin"
+        # The leader's own hold (launch kept failing) says why; an older member shows JobHeldAdmin instead.
+        job["reason"] = r.get("reason") or "JobHeldAdmin"
         return ok()
 
     def _op_job_release(self, r: dict[str, Any]) -> dict[str, Any]:
