@@ -205,8 +205,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "leader_fallback_ms": Key(
             int,
             1000,
-            "A leader that has not heard from a majority for this long steps down, so its `/metrics/nodes` probe "
-            "stops answering 200.",
+            "A leader that has not heard from a majority for this long steps down (writes and leader duties go to "
+            "the new leader). Its `/metrics/nodes` probe stops answering 200 sooner, after half of "
+            "`election_timeout_min_ms` (or this, if shorter), before another controller can be elected.",
             min=1,
             max=600_000,
         ),

@@ -24,6 +24,7 @@ from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
 from pysyncobj.pickle import to_bytes
 
 from spur_hpc.controller import wal
+from spur_hpc.controller.raft_transport import GuardedTransport, pysyncobj_clock
 from spur_hpc.controller.state import ClusterState
 
 log = logging.getLogger("spurctld.raft")
@@ -335,7 +336,10 @@ class SpurRaft(SyncObj):
         self._holding_elections = settings.hold_elections
         self.disk = DiskGuard(os.path.dirname(settings.journal_file) or ".", settings.min_free_disk_mb)
         self._last_tick_error = ("", 0.0)
-        super().__init__(settings.self_addr, list(settings.other_addrs), conf=self._conf)
+        # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
+        super().__init__(
+            settings.self_addr, list(settings.other_addrs), conf=self._conf, transportClass=GuardedTransport
+        )
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
 
@@ -432,10 +436,30 @@ class SpurRaft(SyncObj):
 
     def leader_addr(self) -> str | None:
         leader = self._getLeader()
-        return leader.id if leader is not None else None
+        if leader is None or (leader == self._SyncObj__selfNode and not self.is_leader()):
+            return None
+        return leader.id
 
     def is_leader(self) -> bool:
-        return self._isLeader()
+        """Leader, and a majority answered within leader_fallback. pysyncobj steps down on the same rule, but
+        only on its tick thread: a leader whose tick stalls (it was flooded, or frozen) kept answering as
+        leader from the other threads while the majority had elected another."""
+        return self._isLeader() and self._majority_heard(self._settings.leader_fallback)
+
+    def _majority_heard(self, within: float) -> bool:
+        """A majority (this member included) answered in the last `within` seconds."""
+        others = self._SyncObj__otherNodes
+        deadline = pysyncobj_clock() - within  # pysyncobj's clock (CLOCK_MONOTONIC_RAW), not time.monotonic
+        for _ in range(3):
+            try:  # read from another thread than the tick's: it may change the dict meanwhile
+                times = dict(self._SyncObj__lastResponseTime)
+                heard = sum(1 for node, t in times.items() if node in others and t > deadline)
+                break
+            except RuntimeError:
+                continue
+        else:
+            return False
+        return 2 * (1 + heard) > len(others) + 1
 
     def role(self) -> str:
         state = self._SyncObj__raftState
@@ -451,6 +475,11 @@ class SpurRaft(SyncObj):
         return self.raftLastApplied
 
     def has_quorum(self) -> bool:
+        """A majority is connected; on the leader, a majority answered within half the shortest election
+        timeout. No follower starts an election sooner than that after hearing from the leader, so while this
+        holds no other member can have been elected, and /metrics/nodes answers 200 on one controller only."""
+        if self._isLeader():
+            return self._majority_heard(min(self._settings.leader_fallback, self._settings.election_min / 2))
         return self.hasQuorum
 
     def holding_elections(self) -> bool:

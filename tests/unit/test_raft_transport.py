@@ -1,0 +1,133 @@
+"""The Raft port's bounds (controller/raft_transport.py) on real sockets and a real pysyncobj poller, and the
+leadership rule of SpurRaft.is_leader on three real in-process pysyncobj members."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import pytest
+from pysyncobj.encryptor import getEncryptor
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+
+from harness import free_port, wait_until
+from spur_hpc.controller import raft_transport
+from spur_hpc.controller.raft import RaftSettings, SpurRaft
+from spur_hpc.controller.raft_transport import GuardedConnection
+
+
+class Pair:
+    """A guarded receiving connection and a plain pysyncobj sender on a socket pair, sharing one poller."""
+
+    def __init__(self, password: str | None = "secret") -> None:
+        self.poller = createPoller("auto")
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        self.raw = b
+        self.received: list = []
+        self.dropped: list[bool] = []
+        self.rx = GuardedConnection.adopt(TcpConnection(self.poller, socket=a, timeout=60), "test-peer")
+        self.rx.setOnMessageReceivedCallback(self.received.append)
+        self.rx.setOnDisconnectedCallback(lambda: self.dropped.append(True))
+        self.tx = TcpConnection(self.poller, socket=b, timeout=60)
+        if password:
+            self.rx.encryptor = self.tx.encryptor = getEncryptor(password)
+
+    def pump(self, until, what: str) -> None:
+        def step():
+            self.poller.poll(0.01)
+            return until()
+
+        wait_until(step, 10, what, interval=0)
+
+
+def test_a_frame_declaring_0x7fffffff_bytes_is_refused_at_its_length(caplog):
+    pair = Pair()
+    pair.raw.send(struct.pack("i", 0x7FFFFFFF) + os.urandom(60000))
+    pair.pump(lambda: pair.dropped, "the connection to be dropped")
+    assert pair.received == []
+    assert pair.rx.state == CONNECTION_STATE.DISCONNECTED
+    assert "dropped the connection from test-peer: it declared a frame of 2147483647 bytes" in caplog.text
+
+
+def test_negative_lengths_are_refused_too():
+    pair = Pair()
+    pair.raw.send(struct.pack("i", -5))
+    pair.pump(lambda: pair.dropped, "the connection to be dropped")
+    assert pair.received == []
+
+
+def test_large_frames_pass_once_the_peer_completed_the_handshake():
+    pair = Pair()
+    big = {"type": "append_entries", "entries": [os.urandom(300 * 1024)]}  # larger than a handshake frame
+    pair.rx.max_frame = raft_transport.PEER_FRAME_MAX
+    pair.tx.send("hello")
+    pair.tx.send(big)
+    pair.pump(lambda: len(pair.received) == 2, "both messages")
+    assert pair.received == ["hello", big] and not pair.dropped
+
+
+def test_a_large_frame_before_the_handshake_is_refused():
+    pair = Pair()
+    pair.tx.send({"blob": os.urandom(300 * 1024)})
+    pair.pump(lambda: pair.dropped, "the connection to be dropped")
+    assert pair.received == []
+
+
+def test_a_frame_that_does_not_decrypt_drops_the_connection_and_says_why(caplog):
+    pair = Pair()
+    pair.tx.encryptor = getEncryptor("another secret")
+    pair.tx.send("hello")
+    pair.pump(lambda: pair.dropped, "the connection to be dropped")
+    assert pair.received == []
+    assert "its handshake does not decrypt with raft_secret_file" in caplog.text
+
+
+def test_the_peer_frame_bound_admits_the_largest_grpc_message():
+    # a record comes from one gRPC request; encrypted it grows by a third (base64)
+    assert raft_transport.PEER_FRAME_MAX >= raft_transport._GRPC_LIMIT * 4 // 3 + 2 * 64 * 1024
+    assert raft_transport.PEER_FRAME_MAX < 2**31  # fits pysyncobj's signed 32-bit length
+
+
+@pytest.fixture
+def three_members(tmp_path):
+    ips = [f"127.0.2.{i}" for i in (11, 12, 13)]
+    addrs = [f"{ip}:{free_port(ip)}" for ip in ips]
+    members = []
+    for i, addr in enumerate(addrs):
+        d = tmp_path / f"m{i}"
+        d.mkdir()
+        settings = RaftSettings(
+            self_addr=addr,
+            other_addrs=tuple(a for a in addrs if a != addr),
+            journal_file=str(d / "raft.journal"),
+            dump_file=str(d / "raft.dump"),
+            password="secret",
+            min_free_disk_mb=0,
+        )
+        members.append(SpurRaft(settings))
+    for m in members:
+        m.start()
+    yield members
+    for m in members:
+        m.stop()
+
+
+def test_a_leader_whose_tick_thread_stalls_stops_claiming_leadership(three_members):
+    leader = wait_until(lambda: next((m for m in three_members if m.is_leader()), None), 30, "a leader")
+    wait_until(leader.has_quorum, 30, "the leader to be certain it leads")
+    # stall its tick thread, as a flood on the Raft port did: pysyncobj's own view never gets updated
+    leader._stopping.set()
+    leader._tick_thread.join(timeout=10)
+    others = [m for m in three_members if m is not leader]
+    wait_until(lambda: any(m.is_leader() for m in others), 30, "another member to be elected")
+    assert leader._isLeader(), "pysyncobj still believes it leads (its tick does not run)"
+    # /metrics/nodes answers 503 on it from then on (its lease ran out before the others could elect)
+    assert not leader.has_quorum()
+    # and after leader_fallback it no longer claims to lead at all: writes and duties go elsewhere
+    wait_until(lambda: not leader.is_leader(), 30, "the stalled leader to give up leadership")
+    assert leader.leader_addr() is None
+    assert not leader.has_quorum()
