@@ -14,9 +14,13 @@ from spur_hpc.proto import slurm_pb2
 pytestmark = pytest.mark.slow
 
 
-def submit(cluster, script: str, work, key: str = "", claim: str = "", user: str = "root") -> slurm_pb2.SubmitJobReply:
+def submit(
+    cluster, script: str, work, key: str = "", claim: str = "", user: str = "root", partition: str = ""
+) -> slurm_pb2.SubmitJobReply:
     """SubmitJob straight over gRPC; claim is an [auth] type = none identity "uid:gid" (default: none sent)."""
-    spec = slurm_pb2.JobSpec(name="h", script="#!/bin/sh\n" + script, user=user, work_dir=str(work))
+    spec = slurm_pb2.JobSpec(
+        name="h", script="#!/bin/sh\n" + script, user=user, work_dir=str(work), partition=partition
+    )
     metadata = ((METADATA_KEY, f"none:{claim}"),) if claim else None
     request = slurm_pb2.SubmitJobRequest(spec=spec, idempotency_key=key)
     return cluster.stub(cluster.wait_leader()).SubmitJob(request, timeout=10, metadata=metadata)
@@ -64,6 +68,25 @@ def test_a_job_whose_launch_keeps_failing_is_held_and_its_node_drained(make_clus
     assert drained.reason == "spurctld: " + held.reason
     assert drained.reason_set_by == "spurctld"
 
+
+
+def test_a_node_registered_under_another_agents_address_is_held_and_drained_and_the_job_never_runs_there(
+    make_cluster, tmp_path, work
+):
+    cluster = make_cluster(1)
+    other = AgentProc(tmp_path / "other", cluster.hosts).start()  # a live spurd, in the default partition
+    wrong = AgentProc(
+        tmp_path / "wrong", cluster.hosts, extra=f'advertise_addr = "{other.address}"\npartition = "p2"'
+    ).start()
+    marker = work / "ran"
+    job_id = submit(cluster, f"touch {marker}\n", work, partition="p2").job_id
+
+    held = wait_until(lambda: job_when(cluster, job_id, lambda j: j.held), 60, "the job to be held")
+    assert held.reason.startswith(f"launch failed 3 times on {wrong.name}: FAILED_PRECONDITION"), held.reason
+    assert f"this spurd is node {other.name}" in held.reason and "advertise_addr" in held.reason
+    assert slurm_pb2.NodeState.Name(node(cluster, wrong.name).state) == "DRAINED"
+    assert not marker.exists() and not other.running(), "the other node never ran the job"
+    assert slurm_pb2.NodeState.Name(node(cluster, other.name).state) == "IDLE"
 
 
 def test_a_second_spurd_cannot_take_over_a_live_node_name(make_cluster, tmp_path, work):

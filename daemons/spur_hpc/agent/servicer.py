@@ -80,6 +80,13 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
     def LaunchJob(self, request, context):  # noqa: N802
         self.authorize(context, "launch jobs")
         job = request.job
+        if job.nodes and self.node not in job.nodes:
+            # The controllers reach this address for another node (a wrong advertise_addr there): never run it here.
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"job {job.job_id} is for node {', '.join(job.nodes)}, but this spurd is node {self.node}: the "
+                f"controllers have this address for another node; check that node's [agent] advertise_addr",
+            )
         try:
             pid, already = self.table.launch(
                 job.job_id, job.attempt, list(job.nodes), spec_to_dict(job.spec), job.spec.script
