@@ -42,7 +42,7 @@ def flood(addr: tuple[str, int], until: float, peers: list[str]) -> None:
         time.sleep(0.01)
 
 
-def hold_idle(addr: tuple[str, int], until: float, refused: list[int]) -> None:
+def hold_idle(addr: tuple[str, int], until: float) -> None:
     """Open many connections that never say anything, and keep them open until the flood ends."""
     conns = []
     try:
@@ -50,7 +50,7 @@ def hold_idle(addr: tuple[str, int], until: float, refused: list[int]) -> None:
             try:
                 conns.append(socket.create_connection(addr, timeout=2))
             except OSError:
-                refused.append(1)
+                pass  # the backlog may be full for a moment: the others are enough
         while time.monotonic() < until:
             time.sleep(0.2)
     finally:
@@ -72,9 +72,8 @@ def test_flooding_the_leaders_raft_port_neither_elects_nor_leaves_two_leaders(cl
 
     until = time.monotonic() + FLOOD_SECS
     flood_peers: list[str] = []
-    refused: list[int] = []
     attackers = [threading.Thread(target=flood, args=(addr, until, flood_peers)) for _ in range(2)]
-    attackers.append(threading.Thread(target=hold_idle, args=(addr, until, refused)))
+    attackers.append(threading.Thread(target=hold_idle, args=(addr, until)))
     for t in attackers:
         t.start()
     samples: list[list[int]] = []

@@ -131,3 +131,44 @@ def test_a_leader_whose_tick_thread_stalls_stops_claiming_leadership(three_membe
     wait_until(lambda: not leader.is_leader(), 30, "the stalled leader to give up leadership")
     assert leader.leader_addr() is None
     assert not leader.has_quorum()
+
+
+def test_handshakes_in_progress_are_capped_and_time_out(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(raft_transport, "MAX_PENDING_CONNECTIONS", 3)
+    monkeypatch.setattr(raft_transport, "HANDSHAKE_DEADLINE_SECS", 600.0)  # first the cap alone
+    ip = "127.0.2.31"
+    port = free_port(ip)
+    raft = SpurRaft(
+        RaftSettings(
+            self_addr=f"{ip}:{port}",
+            other_addrs=(),
+            journal_file=str(tmp_path / "raft.journal"),
+            dump_file=str(tmp_path / "raft.dump"),
+            password="secret",
+            min_free_disk_mb=0,
+        )
+    )
+    raft.start()
+    conns: list[socket.socket] = []
+    try:
+        conns.append(wait_until(lambda: socket.create_connection((ip, port), timeout=5), 20, "the Raft port"))
+        oldest = "{}:{}".format(*conns[0].getsockname())
+        for _ in range(3):
+            conns.append(socket.create_connection((ip, port), timeout=5))
+        wait_until(lambda: "3 connections were waiting to complete the handshake" in caplog.text, 20, "the cap")
+        assert f"dropped the connection from {oldest}: " in caplog.text  # the oldest one is pushed out
+        conns[0].settimeout(30)
+        assert conns[0].recv(1) == b""
+
+        monkeypatch.setattr(raft_transport, "HANDSHAKE_DEADLINE_SECS", 0.5)
+        for c in conns[1:]:  # none stays open past the handshake deadline
+            c.settimeout(30)
+            assert c.recv(1) == b""
+        assert "did not complete the handshake within 0.5 s" in caplog.text
+        # nothing of this reached Raft: the lone member elects itself once, at term 1
+        wait_until(raft.is_leader, 20, "the member to elect itself")
+        assert raft.term() == 1
+    finally:
+        for c in conns:
+            c.close()
+        raft.stop()

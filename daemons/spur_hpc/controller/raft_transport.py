@@ -48,7 +48,7 @@ _LENGTH = struct.Struct("i")  # pysyncobj's framing: native signed 32-bit length
 
 
 class DropLog:
-    """One log line per reason every LOG_EVERY_SECS, with the count of drops it stands for."""
+    """At most one log line per reason every LOG_EVERY_SECS, with the count of the drops it did not log."""
 
     def __init__(self, every: float = LOG_EVERY_SECS) -> None:
         self.every = every
@@ -64,7 +64,7 @@ class DropLog:
                 return
             more = self.suppressed.pop(reason, 0)
             self.last[reason] = now
-        extra = f" ({more} more such connections dropped in the last {self.every:.0f} s)" if more else ""
+        extra = f" ({more} more dropped for this reason since the last such line)" if more else ""
         log.warning("raft port: dropped the connection from %s: %s%s", peer, detail, extra)
 
 
@@ -227,6 +227,6 @@ class GuardedTransport(TCPTransport):
             drops.drop(
                 "deadline",
                 getattr(conn, "peer", "?"),
-                f"it did not complete the handshake within {HANDSHAKE_DEADLINE_SECS:.0f} s",
+                f"it did not complete the handshake within {HANDSHAKE_DEADLINE_SECS:g} s",
             )
             conn.disconnect()
