@@ -31,14 +31,15 @@ LOCAL_SCENARIO := tests/molecule/test_scenarios.py::test_local_scenario_deploys_
 SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
 TIER2_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_on_systemd_hosts
 HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(LOCAL_SCENARIO) tests/demo
-test: setup lint
+# Lint runs first in the process lane, not before both: the host lane, the longer one, starts at once.
+test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
 
 test-lane-hosts: setup
 	@echo "== host lane: $(HOST_LANE)"
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 $(HOST_LANE)
 
-test-lane-processes: setup
+test-lane-processes: setup lint
 	@echo "== process lane: tests/ but the host lane"
 	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo \
 		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE) --deselect $(LOCAL_SCENARIO)
