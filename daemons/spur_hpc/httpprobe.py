@@ -78,6 +78,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, *args, **kwargs) -> None:
         self.lock = threading.Lock()
         self.open: dict[socket.socket, bool] = {}  # connection -> its request arrived; oldest first
+        self.address_family = socket.AF_INET6 if ":" in args[0][0] else socket.AF_INET  # [::1]:6822 too
         super().__init__(*args, **kwargs)
 
     def process_request(self, request, client_address) -> None:

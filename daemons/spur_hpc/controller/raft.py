@@ -21,6 +21,7 @@ from typing import Any
 import pysyncobj.syncobj as _syncobj_module
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.node import TCPNode
 from pysyncobj.pickle import to_bytes
 
 from spur_hpc.controller import wal
@@ -302,7 +303,7 @@ def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
     return SyncObjConf(
         journalFile=s.journal_file,
         fullDumpFile=s.dump_file,  # never journalFile alone: compaction would lose the state
-        bindAddress=s.self_addr,
+        bindAddress=s.self_addr.replace("[", "").replace("]", ""),  # pysyncobj splits at the last ':'
         password=s.password,
         autoTick=False,
         appendEntriesUseBatch=True,
@@ -323,6 +324,16 @@ def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
     )
 
 
+class RaftNode(TCPNode):
+    """A member named the way Spur names it ("[::1]:6821" for IPv6) that pysyncobj can dial: it splits the
+    address at the last ':' and would look up "[::1]", so the host it connects to loses the brackets."""
+
+    def __init__(self, address: str, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        if self.host.startswith("[") and self.host.endswith("]"):
+            self._TCPNode__host = self.host[1:-1]
+
+
 class SpurRaft(SyncObj):
     """The replicated controller state. Attributes set before SyncObj.__init__ stay out of snapshots."""
 
@@ -338,7 +349,11 @@ class SpurRaft(SyncObj):
         self._last_tick_error = ("", 0.0)
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
-            settings.self_addr, list(settings.other_addrs), conf=self._conf, transportClass=GuardedTransport
+            settings.self_addr,
+            list(settings.other_addrs),
+            conf=self._conf,
+            nodeClass=RaftNode,
+            transportClass=GuardedTransport,
         )
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
