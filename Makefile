@@ -24,8 +24,8 @@ lint: setup
 # so a second lane uses the second core instead of doubling the wall time. The host lane holds the tests that
 # boot their own hosts (tier-2 systemd-nspawn hosts in network namespaces; the tier-1 deploy scenario and the
 # demo, each on a loopback block of its own); the process lane the rest, which takes about as long. Each lane's
-# output is printed whole when it ends; tier 2 is skipped without root. `make test-molecule`, `make test-upgrade`
-# and `make test-sanity` run parts on their own.
+# output is printed whole when it ends; tier 2 is skipped without root (under CI=true it fails: tests/prereqs.py).
+# `make test-molecule`, `make test-upgrade` and `make test-sanity` run parts on their own.
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
 LOCAL_SCENARIO := tests/molecule/test_scenarios.py::test_local_scenario_deploys_converges_and_runs_a_job
 SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
