@@ -46,6 +46,11 @@ LOG_EVERY_SECS = 10.0
 
 _LENGTH = struct.Struct("i")  # pysyncobj's framing: native signed 32-bit length
 
+# The read path replaced below: if a pysyncobj release renamed it, the bounds would silently not apply.
+for _name in ("_TcpConnection__tryReadBuffer", "_TcpConnection__processParseMessage"):
+    if not callable(getattr(TcpConnection, _name, None)):
+        raise ImportError(f"pysyncobj's TcpConnection has no {_name}: this pysyncobj release is not supported")
+
 
 class DropLog:
     """At most one log line per reason every LOG_EVERY_SECS, with the count of the drops it did not log."""
@@ -74,7 +79,7 @@ drops = DropLog()
 class GuardedConnection(TcpConnection):
     """A TcpConnection whose frames are bounded; max_frame is raised once the peer completed the handshake.
 
-    pysyncobj has no hook for its read path, so the three name-mangled methods of it are replaced here;
+    pysyncobj has no hook for its read path, so two of its name-mangled methods are replaced here;
     the reading buffer is a bytearray (pysyncobj's bytes += made a large frame cost quadratic time).
     """
 
