@@ -9,6 +9,7 @@ import pytest
 from agents import AgentProc
 from harness import free_port, wait_until
 from spur_hpc.auth import METADATA_KEY
+from spur_hpc.controller.leader import LAUNCH_ATTEMPTS
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
@@ -68,6 +69,23 @@ def test_a_job_whose_launch_keeps_failing_is_held_and_its_node_drained(make_clus
     assert drained.reason == "spurctld: " + held.reason
     assert drained.reason_set_by == "spurctld"
 
+
+
+def test_launches_that_fail_while_the_agent_is_silent_do_not_drain_its_node(make_cluster, tmp_path, work):
+    """A spurd that is down (restarting, in an in-place upgrade) stops heartbeating: its failed launches are retried
+    without counting toward the bound, and the job runs once the agent is back."""
+    cluster = make_cluster(1)
+    agent = AgentProc(tmp_path / "agent", cluster.hosts).start()
+    agent.kill9()  # still registered, silent, its port closed
+    marker = work / "ran"
+    job_id = submit(cluster, f"touch {marker}\n", work).job_id
+    tried = wait_until(lambda: job_when(cluster, job_id, lambda j: j.attempt >= LAUNCH_ATTEMPTS + 1), 90,
+                       "more launch attempts than the bound")
+    assert not tried.held, tried.reason
+    assert slurm_pb2.NodeState.Name(node(cluster, agent.name).state) not in ("DRAINED", "DRAINING")
+    agent.start()
+    wait_until(lambda: state(job(cluster, job_id)) == "COMPLETED", 60, "the job to run once its agent is back")
+    assert marker.exists()
 
 
 def test_a_node_registered_under_another_agents_address_is_held_and_drained_and_the_job_never_runs_there(

@@ -27,9 +27,9 @@ log = logging.getLogger("spurctld.leader")
 # Launch attempts of one job before the leader gives up: the job is held and the node drained, both with
 # the last error (a constant, not a key: an administrator fixes the node, not the count).
 LAUNCH_ATTEMPTS = 3
-# The job waits PENDING this long after its first failed launch, twice as long after the next: together
-# longer than a spurd restart takes, so a restarting agent does not get its node drained.
+# The job waits PENDING this long after its first failed launch, twice as long after the next, up to the cap.
 LAUNCH_RETRY_SECS = 2.0
+LAUNCH_RETRY_MAX_SECS = 16.0
 # Stamped on the leader's own drains, so an operator (and `spur node resume --if-reason-prefix`) tells them apart.
 DRAIN_REASON_PREFIX = "spurctld: "
 LAUNCH_RPC_TIMEOUT = 10.0
@@ -78,9 +78,10 @@ class LeaderDuties:
         self.last_seen: dict[str, float] = {}
         self.last_seen_lock = threading.Lock()
         self.launching: set[tuple[int, int]] = set()
-        # Failed launches per job since it last launched or was held, and when it may be tried again (leader
-        # memory: a new leader starts counting afresh, which still bounds the attempts per leader).
-        self.launch_failures: dict[int, int] = {}
+        # Failed launches per job since it last launched or was held: (counted, tried, when the last one failed),
+        # and when it may be tried again (leader memory: a new leader starts counting afresh, which still bounds
+        # the attempts per leader).
+        self.launch_failures: dict[int, tuple[int, int, float]] = {}
         self.retry_after: dict[int, float] = {}
         # Orphan detection, from the agents' own reports: pairs seen held, and pairs missing since when.
         self.held_seen: set[tuple[int, int]] = set()
@@ -310,13 +311,22 @@ class LeaderDuties:
 
     def _launch_failed(self, job_id: int, attempt: int, node: str, error: str) -> None:
         """Requeue a job whose launch failed; after LAUNCH_ATTEMPTS failures hold it and drain the node."""
-        failures = self.launch_failures.get(job_id, 0) + 1
+        failures, tried, failed_at = self.launch_failures.get(job_id, (0, 0, 0.0))
+        now = time.monotonic()
+        with self.last_seen_lock:
+            seen = self.last_seen.get(node, 0.0)
+        # A failure counts toward the bound only when the node's agent reported in since the previous one: an
+        # agent that heartbeats but cannot be reached is broken, while one that is restarting (an in-place
+        # upgrade) is silent meanwhile, and its node must not be drained for it.
+        if failures == 0 or seen > failed_at:
+            failures += 1
+        tried += 1
         reason = f"launch failed {failures} time{'s' if failures > 1 else ''} on {node}: {error}"
         final = failures >= LAUNCH_ATTEMPTS
         log.warning("job %s attempt %s: %s: %s", job_id, attempt, reason, "held, node drained" if final else "requeued")
         # Before the requeue: the scheduler must not start the job again the moment it is PENDING.
-        self.launch_failures[job_id] = failures
-        self.retry_after[job_id] = time.monotonic() + LAUNCH_RETRY_SECS * 2 ** (failures - 1)
+        self.launch_failures[job_id] = (failures, tried, now)
+        self.retry_after[job_id] = now + min(LAUNCH_RETRY_SECS * 2 ** (tried - 1), LAUNCH_RETRY_MAX_SECS)
         result = self.service.write(
             "job_requeue",
             job_id=job_id,
