@@ -217,3 +217,22 @@ def test_any_text_is_a_config_or_one_line_error(text):
         within_bounds(conf.parse(text))
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("section, name", KEYS)
+def test_every_key_with_every_edge_value_loads_or_fails_with_one_line(files, section, name):
+    key = SCHEMA[section][name]
+    path = files / f"edge-{section}-{name}.conf"
+    for value in edge_values(key) + good_values(key) + [[v] for v in edge_values(key)[:12]]:
+        values = base_values(files)
+        values.setdefault(section, {})[name] = value
+        path.write_text(render(values), encoding="utf-8")
+        for role in ROLES:
+            load_or_one_line(path, role)
+
+
+def test_the_base_config_of_the_fuzz_loads_for_every_role(files):
+    path = files / "base.conf"
+    path.write_text(render(base_values(files)), encoding="utf-8")
+    for role in ROLES:
+        assert load_or_one_line(path, role) is not None, role
