@@ -103,3 +103,25 @@ def test_flooding_the_leaders_raft_port_neither_elects_nor_leaves_two_leaders(cl
     log_text = leader.proc.log_text()
     assert any(p in log_text for p in flood_peers), "no log line names the flooding peer"
     assert "0x7fffffff" in log_text or str(0x7FFFFFFF) in log_text
+
+
+def test_records_larger_than_a_handshake_frame_still_replicate(cluster):
+    # frames of a peer that completed the handshake get the large bound: a 3 MiB script (incompressible,
+    # so its AppendEntries frames are far above the 64 KiB handshake bound) reaches every controller
+    import base64
+
+    leader = cluster.wait_leader()
+    script = "#!/bin/sh\n# " + base64.b64encode(os.urandom(3 * 1024 * 1024 * 3 // 4)).decode() + "\ntrue\n"
+    jobs = []
+    for i in range(3):  # one alone (sent in chunks) and two back to back (may share one batch)
+        spec = slurm_pb2.JobSpec(name=f"big{i}", script=script, user="root", work_dir="/tmp")
+        jobs.append(cluster.stub(leader).SubmitJob(slurm_pb2.SubmitJobRequest(spec=spec), timeout=30).job_id)
+    for m in cluster.running():
+        for job_id in jobs:
+            wait_until(
+                lambda m=m, j=job_id: cluster.stub(m).GetJob(slurm_pb2.GetJobRequest(job_id=j), timeout=10).spec.script
+                == script,
+                60,
+                f"job {job_id} with its whole script on controller {m.index}",
+            )
+    assert "raft port: dropped" not in "".join(m.proc.log_text() for m in cluster.members)
