@@ -141,3 +141,113 @@ def test_random_command_lines_fail_cleanly(command, args):
     assert "Traceback" not in result.stderr, result.stderr
     if result.returncode != 0:
         assert result.stderr.strip(), "a failure must say why"
+
+
+# ---------------------------------------------------------------- control characters, sizes, widths
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """One controller is enough to see what it accepts and what the commands print."""
+    from harness import ControllerCluster, next_ip_base
+
+    cluster = ControllerCluster(tmp_path_factory.mktemp("single"), 1, ip_base=next_ip_base(1))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def plain_spec(**fields) -> slurm_pb2.JobSpec:
+    values = {"name": "plain", "script": "#!/bin/sh\ntrue\n", "user": "alice", "uid": 1000, "gid": 1000,
+              "work_dir": "/tmp"}  # fmt: skip
+    values.update(fields)
+    return slurm_pb2.JobSpec(**values)
+
+
+def test_the_controller_refuses_control_characters_in_a_job_name(single):
+    """The controller does not trust the client: a direct SubmitJob with a newline in the name is refused."""
+    stub = single.stub(single.wait_leader())
+
+    def submit(**fields):
+        return call(lambda: stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=plain_spec(**fields)), timeout=10))
+
+    for name, shown in (("evil\nforged", "\\n"), ("a\rb", "\\r"), ("x\x1b[2J", "\\x1b"), ("line\u2028sep", "\\u2028")):
+        code, details = submit(name=name)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+        assert f"the job's name contains a control character ({shown})" in details
+    code, details = submit(account="a\nb")
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "account contains a control character" in details
+
+
+def test_the_controller_bounds_the_environment_of_a_job(single):
+    stub = single.stub(single.wait_leader())
+    before = stub.GetClusterInfo(slurm_pb2.ClusterInfoRequest(), timeout=5).next_job_id
+    huge = plain_spec(environment={"BIG": "x" * 20_000_000})
+    code, details = call(lambda: stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=huge), timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert "environment variable 'BIG' is 20000005 bytes; the limit is 131072 bytes per variable" in details
+    many = plain_spec(environment={f"V{i}": "y" * 100_000 for i in range(12)})
+    code, details = call(lambda: stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=many), timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert "the job's environment is 1200050 bytes; the limit is 1048576 bytes in all" in details
+    assert stub.GetClusterInfo(slurm_pb2.ClusterInfoRequest(), timeout=5).next_job_id == before
+
+
+def run_cli(cluster, *argv: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+    env.pop("SPUR_CONTROLLER_ADDR", None)
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=60, env=env,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def test_the_commands_refuse_hostile_input_against_a_live_cluster(single):
+    """With jobs to print, an unbounded width used to raise OverflowError (squeue) or run for a minute (sacct)."""
+    stub = single.stub(single.wait_leader())
+    reply = stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=plain_spec(name="listed")), timeout=10)
+    stub.HoldJob(slurm_pb2.HoldJobRequest(job_id=reply.job_id), timeout=10)
+    assert_one_error_line(run_cli(single, "squeue", "-o", "%999999999999999999999i"), "bad width", "1024")
+    assert_one_error_line(run_cli(single, "sacct", "-a", "--format", "JobID%99999999"), "bad width", "1024")
+    assert_one_error_line(run_cli(single, "sbatch", "-J", "a\nb", "--wrap", "true"), "control character (\\n)")
+    assert_one_error_line(run_cli(single, "sbatch", "--mem=99999999999999999999", "--wrap", "true"), "--mem")
+    assert_one_error_line(run_cli(single, "scancel", "9223372036854775808"), "up to 9223372036854775807")
+    assert_one_error_line(
+        run_cli(single, "scontrol", "update", "NodeName=pn[1-99999999]", "State=DRAIN", "Reason=x"), "65536"
+    )
+    shown = run_cli(single, "squeue", "-h", "-j", str(reply.job_id), "-o", "%i %j")
+    assert shown.returncode == 0 and shown.stdout == f"{reply.job_id} listed\n", shown
+
+
+def test_a_record_with_a_newline_in_its_name_is_shown_on_one_line(tmp_path):
+    """A job submitted before names were checked keeps its name in the journal; every listing escapes it."""
+    from harness import ControllerCluster, next_ip_base
+
+    cluster = ControllerCluster(tmp_path / "old", 1, ip_base=next_ip_base(1))
+    cluster.start()
+    try:
+        stub = cluster.stub(cluster.wait_leader())
+        job_id = stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=plain_spec(name="evilXforgedXrow")), timeout=10).job_id
+        cluster.stop()
+        # what an older controller wrote: the same record with newlines, same length, so the journal stays valid
+        journal = cluster.members[0].state_dir / "raft.journal"
+        data = journal.read_bytes()
+        assert data.count(b"evilXforgedXrow") == 1
+        journal.write_bytes(data.replace(b"evilXforgedXrow", b"evil\nforged\nrow"))
+        cluster.start()
+        queue = run_cli(cluster, "squeue", "-h", "-o", "%i|%j")
+        assert queue.returncode == 0 and queue.stdout == f"{job_id}|evil\\nforged\\nrow\n", queue
+        accounting = run_cli(cluster, "sacct", "-a", "-n", "-P", "--format", "JobID,JobName")
+        assert accounting.returncode == 0 and accounting.stdout == f"{job_id}|evil\\nforged\\nrow\n", accounting
+        show = run_cli(cluster, "scontrol", "show", "job", str(job_id))
+        assert f"JobId={job_id} JobName=evil\\nforged\\nrow\n" in show.stdout, show
+    finally:
+        cluster.stop()

@@ -6,8 +6,11 @@ message would be about reaching it, not about the input.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
+from harness import BIN
 from spur_hpc.cli import slurm, spur
 
 CASES = [
@@ -139,3 +142,115 @@ def test_a_script_that_is_not_utf8_is_refused(tmp_path, capsys, monkeypatch) -> 
     assert slurm.sbatch_main([str(script)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not UTF-8 text" in err
+
+
+# ---------------------------------------------------------------- hostile input to the installed commands
+# Each runs the real console script with the controller unreachable: every one of these must be refused
+# before any call, in one line, within the subprocess deadline (before these bounds some ran for minutes,
+# read /dev/zero until memory ran out, or wrapped a number into another one).
+
+BIG_NUMBER = "99999999999999999999"
+HOSTILE = [
+    # (argv, words the one error line must contain)
+    ([b"sbatch", b"--wrap=echo \xff"], ["argument '--wrap=echo \\xff' is not UTF-8 text"]),
+    (["squeue", "-o", "%999999999999999999999i"], ["bad width '999999999999999999999'", "0 to 1024"]),
+    (["squeue", "-o", "%.99999999j"], ["bad width '99999999'", "1024"]),
+    (["sinfo", "-o", "%99999999N"], ["bad width '99999999'", "1024"]),
+    (["sacct", "--format", "JobID%99999999"], ["bad width '99999999'", "field JobID", "1 to 1024"]),
+    (["scontrol", "update", "NodeName=pn[1-99999999]", "State=DRAIN", "Reason=x"], ["more than 65536 nodes"]),
+    (["scontrol", "update", "NodeName=a[1-40000],b[1-40000]", "State=DRAIN", "Reason=x"], ["more than 65536"]),
+    (["sinfo", "-n", "pn[0-" + "9" * 5000 + "]"], ["bad hostlist", "is not a number or a range"]),
+    (["sbatch", "--wrap", "true", f"--mem={BIG_NUMBER}"], [f"invalid --mem value '{BIG_NUMBER}'", str(2**63 - 1)]),
+    (["sbatch", "--wrap", "true", "--mem=9007199254740993T"], ["invalid --mem value", "largest"]),
+    (["sbatch", "--wrap", "true", "-N", "99999999999"], ["invalid --nodes value '99999999999'", "1 to 2147483647"]),
+    (["sbatch", "--wrap", "true", "-n", "2-" + BIG_NUMBER], ["invalid --ntasks value", "2147483647"]),
+    (["sbatch", "--wrap", "true", "-c", "²"], ["invalid --cpus-per-task value '²'"]),
+    (["sbatch", "--wrap", "true", "-t", BIG_NUMBER + "000"], ["invalid --time value", "UNLIMITED"]),
+    (["sbatch", "--wrap", "true", "-t", "9" * 5000], ["invalid --time value"]),
+    (["sbatch", "--wrap", "true", "-J", "a\nb"], ["--job-name 'a\\nb' contains a control character (\\n)"]),
+    (["sbatch", "--wrap", "true", "-J", "ok\x1b[2Jgone"], ["control character (\\x1b)"]),
+    (["sbatch", "--wrap", "true", "-p", "debug\r"], ["--partition", "control character (\\r)"]),
+    (["scancel", "9223372036854775808"], ["invalid job id '9223372036854775808'", "up to 9223372036854775807"]),
+    (["scontrol", "show", "job", "9" * 5000], ["invalid job id"]),
+    (["scontrol", "hold", BIG_NUMBER], [f"invalid job id '{BIG_NUMBER}'"]),
+    (["squeue", "-j", "1\n2"], ["invalid job id '1\\n2'"]),
+    (["sacct", "-S", f"now-{BIG_NUMBER}days"], ["invalid --starttime value", "30,000 years"]),
+    (["sacct", "-S", "99999-01-01"], ["invalid --starttime value '99999-01-01'"]),
+    (["scancel", "-s", "¹", "5"], ["invalid signal '¹'"]),
+]
+
+
+def run_command(argv: list, **kwargs) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, SPUR_CONTROLLER_ADDR="127.0.0.1:1")
+    env.pop("SPUR_CONF", None)
+    program = argv[0] if isinstance(argv[0], str) else argv[0].decode()
+    if (BIN / program).exists():  # a command of ours, not prlimit
+        argv = [str(BIN / program), *argv[1:]]
+    kwargs.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.run(argv, env=env, capture_output=True, timeout=60, **kwargs)
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess, words: list[str]) -> str:
+    err = result.stderr.decode("utf-8", "backslashreplace")
+    assert result.returncode != 0, err
+    assert "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err
+    assert "cannot reach" not in err and "no controller could answer" not in err, err
+    for word in words:
+        assert word in err, err
+    assert result.stdout == b""
+    return err
+
+
+@pytest.mark.parametrize(("argv", "words"), HOSTILE, ids=[repr(c[0])[:80] for c in HOSTILE])
+def test_hostile_input_is_refused_in_one_line_before_any_call(argv, words) -> None:
+    assert_one_error_line(run_command(argv), words)
+
+
+def test_sbatch_refuses_a_device_as_its_script_and_reads_standard_input_with_a_bound() -> None:
+    # 200 MB of address space: reading /dev/zero without a bound dies of MemoryError within a second
+    limit = ["prlimit", "--as=200000000", "--"]
+    assert_one_error_line(run_command([*limit, str(BIN / "sbatch"), "/dev/zero"]),
+                          ["batch script /dev/zero is a device or socket, not a file"])  # fmt: skip
+    with open("/dev/zero", "rb") as zero:
+        piped = run_command([*limit, str(BIN / "sbatch")], stdin=zero)
+    assert_one_error_line(piped, ["batch script standard input is larger than 4194304 bytes"])
+
+
+def test_sbatch_bounds_each_environment_variable_and_the_whole_environment(tmp_path) -> None:
+    script = tmp_path / "job.sh"
+    # a #SBATCH line can carry a value no exec() could (the kernel caps one NAME=value at 128 KiB)
+    script.write_text("#!/bin/sh\n#SBATCH --export=ALL,BIG=" + "x" * 200_000 + "\ntrue\n")
+    assert_one_error_line(run_command(["sbatch", str(script)]), ["environment variable 'BIG' is 200005 bytes",
+                                                                 "131072 bytes per variable", "--export"])  # fmt: skip
+    import os
+
+    many = {f"V{i}": "y" * 100_000 for i in range(12)}
+    result = subprocess.run([str(BIN / "sbatch"), "--wrap", "true"], capture_output=True, timeout=60,
+                            env={**os.environ, **many, "SPUR_CONTROLLER_ADDR": "127.0.0.1:1"})  # fmt: skip
+    assert_one_error_line(result, ["bytes in all", "1048576", "--export=NONE"])
+    # --export=NONE leaves them behind: the submission gets as far as the (unreachable) controller
+    result = subprocess.run([str(BIN / "sbatch"), "--export=NONE", "--wrap", "true"], capture_output=True,
+                            timeout=60, env={**os.environ, **many, "SPUR_CONTROLLER_ADDR": "127.0.0.1:1"})  # fmt: skip
+    assert b"no controller could answer SubmitJob" in result.stderr
+
+
+def test_a_script_file_named_with_a_newline_needs_a_job_name(tmp_path) -> None:
+    script = tmp_path / "evil\nname.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    assert_one_error_line(run_command(["sbatch", str(script)]), ["control character (\\n)"])
+
+
+def test_listings_escape_control_characters_in_values_and_keep_the_format_text() -> None:
+    from spur_hpc.cli import acctview, jobview
+    from spur_hpc.proto import slurm_pb2
+
+    job = slurm_pb2.Job(job_id=7, spec=slurm_pb2.JobSpec(name="evil\nforged", user="\x1b[31mred\u202e"))
+    # a \x1f between columns is the caller's own separator (Open OnDemand's): it stays as it is
+    assert jobview.squeue_lines([job], "%i\x1f%j %u", False, 0.0) == ["7\x1fevil\\nforged \\x1b[31mred\\u202e"]
+    fields = acctview.parse_fields("JobID,JobName")
+    assert acctview.sacct_lines([job], fields, 0.0, False, "parsable2") == ["7|evil\\nforged"]
+    shown = jobview.show_job_lines(job, 0.0)
+    assert shown[0] == "JobId=7 JobName=evil\\nforged" and all("\n" not in line for line in shown)

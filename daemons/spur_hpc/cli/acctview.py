@@ -6,8 +6,8 @@ objects with the Job message's attributes.
 
 from __future__ import annotations
 
-from spur_hpc.cli import hostlist, jobview, units
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli import hostlist, jobview, slurmformat, units
+from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,9 +76,9 @@ def parse_fields(text: str) -> list[FieldSpec]:
         if width_text:
             left = width_text.startswith("-")
             digits = width_text.lstrip("-")
-            if not digits.isdigit() or int(digits) == 0:
+            if not units.is_number(digits):
                 raise CliError(f"bad width '%{width_text}' for field {title} in --format; write it like JobName%30")
-            width, right = int(digits), not left
+            width, right = slurmformat.parse_width(digits, f"--format field {name}", low=1), not left
         specs.append(FieldSpec(key, width, right))
     if not specs:
         raise CliError("--format lists no fields; write it like JobID,JobName,State")
@@ -95,7 +95,7 @@ def sacct_lines(
     jobs: list[Any], fields: list[FieldSpec], now: float, header: bool = True, parsable: str = ""
 ) -> list[str]:
     """parsable: '' (columns), 'parsable' (every value followed by '|') or 'parsable2' ('|' between values)."""
-    rows = [[FIELDS[f.key][3](job, now) for f in fields] for job in jobs]
+    rows = [[printable(FIELDS[f.key][3](job, now)) for f in fields] for job in jobs]  # one record, one line
     titles = [FIELDS[f.key][0] for f in fields]
     lines = []
     if parsable:

@@ -37,10 +37,12 @@ def answer_info_flags(
 
 
 def parse_job_id(text: str, what: str = "job id") -> int:
-    value = text.strip()
-    if not value.isdigit() or int(value) == 0:
-        raise CliError(f"invalid {what} '{text}': job ids are positive numbers, like 42")
-    return int(value)
+    from spur_hpc.cli.units import INT64_MAX, bounded_int
+
+    value = bounded_int(text.strip(), INT64_MAX)
+    if not value:
+        raise CliError(f"invalid {what} '{text}': job ids are positive numbers up to {INT64_MAX}, like 42")
+    return value
 
 
 def parse_job_ids(items: list[str], what: str = "job id") -> list[int]:

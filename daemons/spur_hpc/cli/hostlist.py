@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from spur_hpc.cli import units
 from spur_hpc.cli.runner import CliError
+
+MAX_NAMES = 65536  # more nodes than any cluster has; pn[1-99999999] would build 100 million names first
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -64,21 +67,23 @@ def expand(expression: str) -> list[str]:
             if depth < 0:
                 break
         if char == "," and depth == 0:
-            names.extend(_expand_one(current, expression))
+            names.extend(_expand_one(current, expression, len(names)))
             current = ""
         else:
             current += char
     if depth != 0:
         raise CliError(f"bad hostlist '{expression}': unbalanced brackets; write names like node[1-3],gpu01")
-    names.extend(_expand_one(current, expression))
+    names.extend(_expand_one(current, expression, len(names)))
     return names
 
 
-def _expand_one(part: str, expression: str) -> list[str]:
+def _expand_one(part: str, expression: str, before: int) -> list[str]:
+    """One name or prefix[ranges]suffix; before: how many names the expression gave already (for the cap)."""
     part = part.strip()
     if not part:
         return []
     if "[" not in part:
+        _check_count(before + 1, expression)
         return [part]
     prefix, _, rest = part.partition("[")
     body, _, suffix = rest.partition("]")
@@ -87,11 +92,17 @@ def _expand_one(part: str, expression: str) -> list[str]:
     out = []
     for item in body.split(","):
         low, dash, high = item.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        start, stop = units.bounded_int(low, units.INT64_MAX), units.bounded_int(high if dash else low, units.INT64_MAX)
+        if start is None or stop is None:
             raise CliError(f"bad hostlist '{expression}': '{item}' is not a number or a range like 1-4")
         width = len(low) if low.startswith("0") and len(low) > 1 else 0
-        start, stop = int(low), int(high) if dash else int(low)
         if stop < start:
             raise CliError(f"bad hostlist '{expression}': range {item} runs backwards")
+        _check_count(before + len(out) + stop - start + 1, expression)
         out.extend(f"{prefix}{number:0{width}d}{suffix}" for number in range(start, stop + 1))
     return out
+
+
+def _check_count(count: int, expression: str) -> None:
+    if count > MAX_NAMES:
+        raise CliError(f"bad hostlist '{expression}': it names more than {MAX_NAMES} nodes, the limit; name fewer")

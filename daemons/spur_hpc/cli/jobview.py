@@ -7,6 +7,7 @@ so golden tests can build messages and compare text.
 from __future__ import annotations
 
 from spur_hpc.cli import hostlist, protocodec, slurmformat, units
+from spur_hpc.cli.runner import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
         end = units.format_timestamp(job.start_time + job.spec.time_limit_secs)
     else:
         end = "Unknown"
-    return [
+    lines = [
         f"JobId={job.job_id} JobName={job.spec.name}",
         f"   UserId={user} GroupId={group}",
         f"   Account={job.spec.account or '(null)'}",
@@ -227,3 +228,4 @@ def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
         "   StdIn=/dev/null",
         f"   StdOut={stdout_path(job)}",
     ]
+    return [printable(line) for line in lines]  # a value can never start a line of its own

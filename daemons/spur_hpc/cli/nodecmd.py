@@ -6,11 +6,9 @@ DRAINING until its jobs end, then DRAINED.
 
 from __future__ import annotations
 
-import sys
-
 from spur_hpc.cli import commandline, hostlist, nodeview, protocodec
 from spur_hpc.cli.options import Option, parse
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli.runner import CliError, error_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +83,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
         except RpcError as exc:
             failed.append(name)
             detail = f"node {name} not found" if exc.code == "NOT_FOUND" else exc.details
-            print(f"{program}: error: {name}: {detail}", file=sys.stderr)
+            error_line(program, f"{name}: {detail}")
     if failed:
         raise CliError(f"{action} failed on {len(failed)} of {len(names)} node(s): {hostlist.compress(failed)}")
     return 0

@@ -6,6 +6,7 @@ Pure functions of Node messages (decoded or generated alike), so golden tests ca
 from __future__ import annotations
 
 from spur_hpc.cli import hostlist, protocodec, slurmformat, units
+from spur_hpc.cli.runner import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -182,4 +183,4 @@ def show_node_lines(node: Any) -> list[str]:
     if node.reason:
         who = node.reason_set_by or "root"
         lines.append(f"   Reason={node.reason} [{who}@{units.format_timestamp(node.reason_time)}]")
-    return lines
+    return [printable(line) for line in lines]

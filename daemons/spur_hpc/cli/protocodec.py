@@ -29,6 +29,10 @@ _BYTES_TYPES = frozenset({"string", "bytes"})
 SCALAR_TYPES = _VARINT_TYPES | _FIXED64_TYPES | _FIXED32_TYPES | _BYTES_TYPES
 _STRUCT_FORMATS = {"double": "<d", "float": "<f", "fixed64": "<Q", "sfixed64": "<q", "fixed32": "<I", "sfixed32": "<i"}
 _MASK64 = (1 << 64) - 1
+_INT_RANGES = {
+    "int32": (-(2**31), 2**31 - 1), "sint32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1), "sint64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1),
+}  # fmt: skip
 
 
 class ProtoError(Exception):
@@ -529,6 +533,9 @@ def _encode_field(sch: Schema, field: Field, value: Any, force: bool = False, ba
         value = sch.enum_value(field.type, value) if isinstance(value, str) else int(value)
         wire, payload = 0, _varint(value)
     else:
+        bounds = _INT_RANGES.get(field.type)
+        if bounds and not bounds[0] <= value <= bounds[1]:  # the varint would wrap into another number
+            raise ProtoError(f"{field.name} {value} is out of range: it must be from {bounds[0]} to {bounds[1]}")
         wire, payload = _encode_scalar(field.type, value)
     if bare:
         return payload

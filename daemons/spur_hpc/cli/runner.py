@@ -18,16 +18,39 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+def printable(text: str) -> str:
+    """text with each character that is not printable escaped as repr() writes it (a newline as \\n): a
+    value from a user or from a record can never start a line of its own or move the cursor."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def error_line(program: str, message: str) -> None:
-    print(f"{program}: error: {message}", file=sys.stderr)
+    print(f"{program}: error: {printable(message)}", file=sys.stderr)
+
+
+def check_arguments(args: list[str]) -> None:
+    """Bytes that are not UTF-8 arrive as lone surrogates; no protobuf string can carry them. (A NUL cannot come
+    from a real command line, only from a caller in-process; it would break open() and the C layers.)"""
+    for arg in args:
+        if "\x00" in arg:
+            raise CliError(f"argument '{arg}' contains a NUL character; remove it")
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise CliError(f"argument '{shown}' is not UTF-8 text; write it in UTF-8 (iconv -t UTF-8)") from None
 
 
 def run(program: str, command: Callable[[list[str]], int], argv: list[str] | None) -> int:
     """Call command(argv) and turn every expected failure into (one stderr line, exit code)."""
     from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.cli.protocodec import ProtoError
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:
+        check_arguments(args)
         code = command(args)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return code
@@ -36,6 +59,9 @@ def run(program: str, command: Callable[[list[str]], int], argv: list[str] | Non
         return exc.exit_code
     except RpcError as exc:
         error_line(program, exc.details)
+        return 1
+    except ProtoError as exc:  # a value that does not fit its field: refused here, never sent wrapped
+        error_line(program, str(exc))
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from spur_hpc import joblimits
 from spur_hpc.cli import commandline, units
 from spur_hpc.cli.options import Option, parse, usage_error
 from spur_hpc.cli.runner import CliError
@@ -83,11 +84,11 @@ def _positive(values: dict[str, Any], dest: str, option: str) -> int:
     text = values.get(dest)
     if text is None:
         return 1
-    value = str(text).strip()
-    low, dash, high = value.partition("-")  # Slurm accepts min-max; the controller schedules the minimum
-    if not low.isdigit() or int(low) < 1 or (dash and (not high.isdigit() or int(high) < int(low))):
-        raise CliError(f"invalid {option} value '{text}': use a whole number of at least 1, like {option} 2")
-    return int(low)
+    low, dash, high = str(text).strip().partition("-")  # Slurm accepts min-max; the controller schedules the minimum
+    least = units.parse_count(low, option)
+    if dash and units.parse_count(high, option) < least:
+        raise CliError(f"invalid {option} value '{text}': the range runs backwards; write it min-max, like 2-4")
+    return least
 
 
 def _utf8(text: str) -> bool:
@@ -142,15 +143,35 @@ def read_script(values: dict[str, Any], positionals: list[str]) -> tuple[str, st
                 "or use --wrap 'script.sh arg ...'"
             )
         try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.read(), path, os.path.basename(path)
+            with open(path, "rb") as fh:
+                import stat
+
+                mode = os.fstat(fh.fileno()).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe is fine: sbatch <(make_script)
+                    kind = "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+                    raise CliError(f"batch script {path} is {kind}, not a file; name a script file")
+                return _read_bounded(fh, path), path, os.path.basename(path)
         except OSError as exc:
             raise CliError(f"cannot read batch script {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise CliError(f"batch script {path} is not UTF-8 text; convert it (iconv -t UTF-8)") from None
     if sys.stdin is None or sys.stdin.isatty():
         raise usage_error(PROGRAM, "no batch script given: name a script file, use --wrap COMMAND, or pipe a script in")
-    return sys.stdin.read(), "standard input", "sbatch"
+    return _read_bounded(getattr(sys.stdin, "buffer", sys.stdin), "standard input"), "standard input", "sbatch"
+
+
+def _read_bounded(stream: Any, source: str) -> str:
+    """At most one byte past the limit is read: `sbatch < /dev/zero` stops at once instead of filling memory."""
+    data = stream.read(joblimits.MAX_SCRIPT_BYTES + 1)
+    if len(data) > joblimits.MAX_SCRIPT_BYTES:
+        raise CliError(
+            f"batch script {source} is larger than {joblimits.MAX_SCRIPT_BYTES} bytes, the limit; "
+            "keep data in files the script reads"
+        )
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliError(f"batch script {source} is not UTF-8 text; convert it (iconv -t UTF-8)") from None
 
 
 def check_script(script: str, source: str) -> None:
@@ -174,6 +195,9 @@ def build_spec(values: dict[str, Any], script: str, default_name: str, environ: 
     environment = environment_to_export(values.get("export"), environ)
     environment.setdefault("SLURM_SUBMIT_DIR", os.getcwd())
     environment.setdefault("SLURM_SUBMIT_HOST", caller.host_name())
+    problem = joblimits.environment_problem(environment)
+    if problem:
+        raise CliError(f"{problem}; pass less with --export (like --export=NONE,PATH,HOME)")
     return {
         "name": values.get("job_name") or default_name,
         "script": script,
@@ -194,6 +218,19 @@ def build_spec(values: dict[str, Any], script: str, default_name: str, environ: 
     }
 
 
+_ONE_LINE_OPTIONS = {"name": "--job-name", "partition": "--partition", "account": "--account", "user": "user name"}
+
+
+def check_one_line_fields(spec: dict[str, Any]) -> None:
+    """The controller refuses these too; saying it here names the option."""
+    for key in joblimits.ONE_LINE_FIELDS:
+        char = joblimits.control_character(spec[key])
+        if char:
+            raise CliError(
+                f"{_ONE_LINE_OPTIONS.get(key, key)} '{spec[key]}' contains a control character ({char}); use plain text"
+            )
+
+
 def main(argv: list[str], program: str = PROGRAM) -> int:
     values, positionals = parse(program, OPTIONS, argv, stop_at_positional=True)
     if commandline.answer_info_flags(program, values, SYNOPSIS, "Submit a batch job.", OPTIONS):
@@ -203,6 +240,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     merged = directive_values(script, source)
     merged.update({k: v for k, v in values.items() if v is not None})
     spec = build_spec(merged, script, default_name, dict(os.environ))
+    check_one_line_fields(spec)
     if merged.get("chdir") and not os.path.isdir(spec["work_dir"]):
         raise CliError(f"--chdir {merged['chdir']}: no such directory here; create it or give an existing one")
 

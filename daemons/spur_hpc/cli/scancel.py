@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from spur_hpc.cli import commandline
+from spur_hpc.cli import commandline, units
 from spur_hpc.cli.options import Option, gather, parse
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli.runner import CliError, error_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,9 +39,8 @@ SIGNALS = {
 def parse_signal(text: str) -> int:
     """Signal name (KILL, SIGKILL) or number -> number; KILL means a plain cancel (0), as in Slurm."""
     value = text.strip().upper()
-    if value.isdigit() and 0 < int(value) < 65:
-        number = int(value)
-    else:
+    number = units.bounded_int(value, 64) or 0
+    if not number:
         number = SIGNALS.get(value.removeprefix("SIG"), 0)
         if not number:
             known = ", ".join(SIGNALS)
@@ -93,7 +92,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
             if not quiet:
                 reason = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
                 action = "Signal" if signal else "Kill"
-                print(f"{program}: error: {action} job error on job id {job_id}: {reason}", file=sys.stderr)
+                error_line(program, f"{action} job error on job id {job_id}: {reason}")
             continue
         if quiet:
             continue

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from spur_hpc.cli import commandline, hostlist, jobview, nodeview, protocodec
 from spur_hpc.cli.options import Option, parse
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli.runner import CliError, error_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -142,7 +141,7 @@ def update(client: Any, args: list[str]) -> int:
         except RpcError as exc:
             failures += 1
             detail = "Invalid node name specified" if exc.code == "NOT_FOUND" else exc.details
-            print(f"{PROGRAM}: error: node {name}: {detail}", file=sys.stderr)
+            error_line(PROGRAM, f"node {name}: {detail}")
     return 1 if failures else 0
 
 
@@ -167,7 +166,7 @@ def hold_or_release(client: Any, command: str, args: list[str]) -> int:
         except RpcError as exc:
             failures += 1
             detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
-            print(f"{PROGRAM}: error: job {job_id}: {detail}", file=sys.stderr)
+            error_line(PROGRAM, f"job {job_id}: {detail}")
     return 1 if failures else 0
 
 

@@ -6,12 +6,24 @@ value as it is. Text between specifiers is copied. Each command supplies its let
 
 from __future__ import annotations
 
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli import units
+from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+
+MAX_WIDTH = 1024  # wider than any screen; %99999999i would pad every cell to gigabytes
+
+
+def parse_width(digits: str, where: str, low: int = 0) -> int:
+    """A column width from a format (squeue -o %20j, sacct JobName%20): low to MAX_WIDTH."""
+    width = units.bounded_int(digits, MAX_WIDTH)
+    if width is None or width < low:
+        raise CliError(f"bad width '{digits}' in {where}: use a width from {low} to {MAX_WIDTH}, like %20")
+    return width
 
 
 class Column:
@@ -51,7 +63,7 @@ def parse(program: str, text: str, letters: dict[str, Any]) -> list[Column]:
             auto = True
             i += 1
         digits = ""
-        while i < len(text) and text[i].isdigit():
+        while i < len(text) and text[i] in "0123456789":
             digits += text[i]
             i += 1
         if i >= len(text):
@@ -61,7 +73,8 @@ def parse(program: str, text: str, letters: dict[str, Any]) -> list[Column]:
         if letter not in letters:
             known = "".join(sorted(letters))
             raise CliError(f"unknown format specifier %{letter} in '{text}'; {program} knows %[{known}]")
-        columns.append(Column(letter, int(digits) if digits else None, right, auto_width=auto))
+        width = parse_width(digits, f"format '{text}'") if digits else None
+        columns.append(Column(letter, width, right, auto_width=auto))
     if literal:
         columns.append(Column("", None, False, literal))
     return columns
@@ -81,8 +94,9 @@ def render(
     titles: dict[str, str],
     header: bool = True,
 ) -> list[str]:
-    """Lines of output (header first when asked); value_of(letter, row) gives a cell's text."""
-    cells = [[value_of(c.letter, row) if c.letter else c.literal for c in columns] for row in rows]
+    """Lines of output (header first when asked); value_of(letter, row) gives a cell's text, shown with its
+    control characters escaped (a job name with a newline would forge a row); the format's own text is kept."""
+    cells = [[printable(value_of(c.letter, row)) if c.letter else c.literal for c in columns] for row in rows]
     widths: list[int | None] = []
     for index, column in enumerate(columns):
         if column.auto_width:

@@ -7,6 +7,34 @@ import time
 from spur_hpc.cli.runner import CliError
 
 TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)"
+# the protobuf fields numbers end up in: a larger value would wrap into another number on the wire
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also says yes to '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def bounded_int(text: str, high: int) -> int | None:
+    """ASCII digits with a value of at most high -> the number; anything else -> None. Never converts a
+    string longer than high's digits (int() of thousands of digits is slow, and refused past 4300)."""
+    if not is_number(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(high)):
+        return None
+    value = int(digits)
+    return value if value <= high else None
+
+
+def parse_count(text: str, option: str, low: int = 1, high: int = INT32_MAX) -> int:
+    """A whole number from low to high given to option; one line naming both when it is not."""
+    value = bounded_int(text.strip(), high)
+    if value is None or value < low:
+        raise CliError(f"invalid {option} value '{text}': use a whole number from {low} to {high}, like {option} 2")
+    return value
 
 
 def parse_time_limit(text: str, option: str = "--time") -> int:
@@ -21,13 +49,15 @@ def parse_time_limit(text: str, option: str = "--time") -> int:
     days = 0
     day_text, has_days, clock = value.rpartition("-") if "-" in value else ("", "", value)
     if has_days:
-        if not day_text.isdigit() or not clock:
+        if not is_number(day_text) or not clock:
             raise bad()
-        days = int(day_text)
+        days = bounded_int(day_text, INT64_MAX)
     parts = clock.split(":")
-    if len(parts) > 3 or not all(p.isdigit() for p in parts):
+    if len(parts) > 3 or not all(is_number(p) for p in parts):
         raise bad()
-    numbers = [int(p) for p in parts]
+    numbers = [bounded_int(p, INT64_MAX) for p in parts]
+    if days is None or None in numbers:
+        raise CliError(f"invalid {option} value '{text}': it is over {INT64_MAX} seconds; use UNLIMITED for no limit")
     if has_days:  # D-HH[:MM[:SS]]
         hours, minutes, seconds = (numbers + [0, 0])[:3]
     elif len(numbers) == 3:
@@ -36,25 +66,31 @@ def parse_time_limit(text: str, option: str = "--time") -> int:
         hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
     if seconds > 59 or (minutes > 59 and (has_days or len(numbers) == 3)):
         raise bad()
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total > INT64_MAX:
+        raise CliError(f"invalid {option} value '{text}': it is over {INT64_MAX} seconds; use UNLIMITED for no limit")
+    return total
 
 
-_MEMORY_FACTORS_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_MEMORY_SHIFTS = {"K": -10, "M": 0, "G": 10, "T": 20}  # powers of two from the unit to megabytes
 
 
 def parse_memory_mb(text: str, option: str = "--mem") -> int:
     """Slurm --mem value (MB unless a K/M/G/T suffix says otherwise) -> MiB, rounded up."""
     value = text.strip().upper()
-    if value.endswith("B") and len(value) > 1 and value[-2] in _MEMORY_FACTORS_MB:
+    if value.endswith("B") and len(value) > 1 and value[-2] in _MEMORY_SHIFTS:
         value = value[:-1]  # "4GB" like "4G"
-    factor = 1.0
-    if value and value[-1] in _MEMORY_FACTORS_MB:
-        factor = _MEMORY_FACTORS_MB[value[-1]]
+    shift = 0
+    if value and value[-1] in _MEMORY_SHIFTS:
+        shift = _MEMORY_SHIFTS[value[-1]]
         value = value[:-1]
-    if not value.isdigit():
+    if not is_number(value):
         raise CliError(f"invalid {option} value '{text}': use a number of megabytes or a K, M, G or T suffix, like 4G")
-    amount = int(value) * factor
-    return int(-(-amount // 1))
+    amount = bounded_int(value, INT64_MAX)
+    megabytes = None if amount is None else amount << shift if shift >= 0 else -(-amount >> -shift)
+    if megabytes is None or megabytes > INT64_MAX:
+        raise CliError(f"invalid {option} value '{text}': the largest is {INT64_MAX} megabytes")
+    return megabytes
 
 
 def format_duration(seconds: float) -> str:
@@ -124,9 +160,12 @@ def parse_time_point(text: str, option: str, now: float | None = None) -> float:
         sign = -1 if rest[0] == "-" else 1 if rest[0] == "+" else 0
         digits = rest[1:].rstrip("abcdefghijklmnopqrstuvwxyz")
         unit = rest[1 + len(digits) :] or "seconds"
-        if not sign or not digits.isdigit() or unit not in _UNIT_SECONDS:
+        if not sign or not is_number(digits) or unit not in _UNIT_SECONDS:
             raise bad()
-        return now + sign * int(digits) * _UNIT_SECONDS[unit]
+        offset = bounded_int(digits, 10**12)  # about 30,000 years in seconds: far enough either way
+        if offset is None or offset * _UNIT_SECONDS[unit] > 10**12:
+            raise CliError(f"invalid {option} value '{text}': that is more than 30,000 years from now")
+        return now + sign * offset * _UNIT_SECONDS[unit]
     date_part, _, clock_part = text.strip().partition("T")
     try:
         if "-" in date_part:
@@ -144,6 +183,8 @@ def parse_time_point(text: str, option: str, now: float | None = None) -> float:
         hour, minute, second = (clock + [0, 0, 0])[:3]
         if not (1 <= month <= 12 and 1 <= day <= 31 and 0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
             raise ValueError(text)
-    except ValueError:
+        if not 1970 <= year <= 9999:
+            raise ValueError(text)
+        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+    except (ValueError, OverflowError):  # int() of a long digit string is a ValueError too
         raise bad() from None
-    return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spur_hpc import joblimits
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
@@ -18,9 +19,6 @@ from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, pe
 
 log = logging.getLogger("spurctld.service")
 
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-MAX_FIELD_CHARS = 4096
-MAX_ENV_ENTRIES = 4096
 MAX_JOB_ID = 2**63 - 1
 # 30 days: a longer limit is almost always a unit mistake (Slurm's INFINITE is written as 0 here)
 MAX_TIME_LIMIT_SECS = 365 * 24 * 3600
@@ -180,7 +178,7 @@ class ControllerService:
 
     # -------------------------------------------------------------- jobs
 
-    def _check_text(self, what: str, value: str, limit: int = MAX_FIELD_CHARS) -> None:
+    def _check_text(self, what: str, value: str, limit: int = joblimits.MAX_FIELD_CHARS) -> None:
         if len(value) > limit:
             raise errors.InvalidArgument(f"{what} is {len(value)} characters long; the limit is {limit}")
         if "\x00" in value:
@@ -189,10 +187,14 @@ class ControllerService:
     def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         if not spec.get("script", "").strip():
             raise errors.InvalidArgument("the job has no script; pass a batch script or --wrap 'command'")
-        if len(spec["script"].encode()) > MAX_SCRIPT_BYTES:
-            raise errors.InvalidArgument(f"the script is larger than {MAX_SCRIPT_BYTES} bytes")
+        if len(spec["script"].encode()) > joblimits.MAX_SCRIPT_BYTES:
+            raise errors.InvalidArgument(f"the script is larger than {joblimits.MAX_SCRIPT_BYTES} bytes")
         for key in ("name", "user", "work_dir", "stdout_path", "stderr_path", "partition", "account"):
             self._check_text(key, spec.get(key, ""))
+        for key in joblimits.ONE_LINE_FIELDS:  # a newline in a listed field would forge a row of squeue
+            char = joblimits.control_character(spec.get(key, ""))
+            if char:
+                raise errors.InvalidArgument(f"the job's {key} contains a control character ({char}); use plain text")
         for key, low in (("nodes", 1), ("tasks", 1), ("cpus_per_task", 1)):
             if spec.get(key, 0) == 0:
                 spec[key] = 1
@@ -213,10 +215,9 @@ class ControllerService:
         if not work_dir.startswith("/"):
             raise errors.InvalidArgument(f"work_dir {work_dir!r} must be an absolute path")
         env = spec.get("environment") or {}
-        if len(env) > MAX_ENV_ENTRIES:
-            raise errors.InvalidArgument(
-                f"the job passes {len(env)} environment variables; the limit is {MAX_ENV_ENTRIES}"
-            )
+        problem = joblimits.environment_problem(env)
+        if problem:
+            raise errors.InvalidArgument(problem)
         for k, v in env.items():
             if not k or "=" in k or "\x00" in k or "\x00" in v:
                 raise errors.InvalidArgument(f"environment variable {k!r} is not valid")
