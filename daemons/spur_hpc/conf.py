@@ -51,7 +51,7 @@ class Key:
     shown_default: str = ""  # the docs' default, when the real one is derived at run time
 
     def accepts(self) -> str:
-        """What the key accepts, in words: the docs' "type" column and the fix of a bound error."""
+        """What the key accepts, in words: the docs' "accepts" column and the fix of a bound error."""
         if self.type in (int, float):
             words = "an integer" if self.type is int else "a number"
             if self.above is not None:
@@ -68,9 +68,9 @@ class Key:
         one = "host:port" if self.port != NOT_AN_ADDRESS else "absolute path" if self.path else "string"
         if self.pattern_text:
             one = f"{one} of {self.pattern_text}"
-        return f"list of {one} strings" if self.type is list and one != "string" else (
-            "list of strings" if self.type is list else one
-        )
+        if self.type is not list:
+            return one
+        return "list of strings" if one == "string" else f"list of {one} strings"
 
     @property
     def optional(self) -> bool:
@@ -446,8 +446,8 @@ def split_host_port(value: str, default_port: int | None = None) -> tuple[str, i
         if default_port is None:
             raise ValueError("missing ':port'")
         port_text = str(default_port)
-    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
-        raise ValueError(f"port {port_text!r} is not a number from 1 to 65535")
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5) or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port {port_text[:10]!r} is not a number from 1 to 65535")
     _check_host(host)
     return host, int(port_text)
 
@@ -571,6 +571,8 @@ def parse(text: str, path: str = "<string>") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax at that line") from None
+    except ValueError as exc:  # an integer of thousands of digits: Python refuses to convert it
+        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(exc).split())}); fix that value") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML (nested too deeply); fix the file") from None
     sections: dict[str, Any] = {}

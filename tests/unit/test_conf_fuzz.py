@@ -62,7 +62,16 @@ def toml_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+class Raw(str):
+    """TOML text written as it is."""
+
+
+HUGE = Raw("9" * 5000)  # an integer Python refuses to convert from text (more than 4300 digits)
+
+
 def toml_value(value: object) -> str:
+    if isinstance(value, Raw):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -86,7 +95,7 @@ def render(values: dict[str, dict[str, object]]) -> str:
 def edge_values(key: conf.Key) -> list[object]:
     """Values at and around the declared bounds, and the strings that were accepted by mistake before."""
     numbers = [key.min, key.above, key.max]
-    edges: list[object] = [0, -1, 1, math.inf, -math.inf, math.nan, 10**30, -(10**30), 0.5, -0.0]
+    edges: list[object] = [0, -1, 1, math.inf, -math.inf, math.nan, 10**30, -(10**30), HUGE, 1e308, 0.5, -0.0]
     for n in numbers:
         if n is not None:
             edges += [n, n - 1, n + 1, float(n), n + 0.001, n - 0.001]
@@ -103,6 +112,7 @@ def edge_values(key: conf.Key) -> list[object]:
         "::1",
         "127.0.0.1:0",
         "127.0.0.1:65536",
+        "127.0.0.1:" + "9" * 5000,
         "localhost:6817",
         "h\u00e9te:1",
         "a\x00b",
