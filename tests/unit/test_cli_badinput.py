@@ -254,3 +254,14 @@ def test_listings_escape_control_characters_in_values_and_keep_the_format_text()
     assert acctview.sacct_lines([job], fields, 0.0, False, "parsable2") == ["7|evil\\nforged"]
     shown = jobview.show_job_lines(job, 0.0)
     assert shown[0] == "JobId=7 JobName=evil\\nforged" and all("\n" not in line for line in shown)
+
+
+def test_a_loop_over_many_ids_or_nodes_stops_at_the_first_unreachable_controller() -> None:
+    # each write waits up to 15 s for a controller; 65,536 nodes one after the other would take 11 days
+    result = run_command(["scancel", "11", "12", "13"])
+    assert result.returncode == 1 and b"Traceback" not in result.stderr
+    assert result.stderr.count(b"\n") == 1, result.stderr
+    assert b"job 11: no controller could answer CancelJob" in result.stderr and b"(2 more not tried)" in result.stderr
+    result = run_command(["scontrol", "update", "NodeName=n[1-4]", "State=DRAIN", "Reason=x"])
+    assert result.stderr.count(b"\n") == 1 and b"node n1: no controller" in result.stderr
+    assert b"(3 more not tried)" in result.stderr

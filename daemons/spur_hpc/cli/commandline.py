@@ -54,6 +54,13 @@ def parse_job_ids(items: list[str], what: str = "job id") -> list[int]:
     return ids
 
 
+def stop_if_unreachable(exc: Any, what: str, left: int) -> None:
+    """A per-item loop (scancel 1 2 3, a hostlist of nodes) stops when no controller answered after the client's
+    whole patience: each further item would wait as long again, and 65,536 of them would take days."""
+    if exc.code == "UNAVAILABLE":
+        raise CliError(f"{what}: {exc.details}" + (f" ({left} more not tried)" if left else "")) from None
+
+
 def print_lines(lines: list[str]) -> None:
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")

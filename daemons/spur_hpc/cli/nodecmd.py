@@ -66,7 +66,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
     me = caller.user_name()
     names = _names(client, targets[0])
     failed: list[str] = []
-    for name in names:
+    for index, name in enumerate(names):
         try:
             if action == "drain":
                 reason = values["reason"] or f"drained by {me}"
@@ -81,6 +81,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
                 client.call("ResumeNode", {"name": name, "only_if_reason_prefix": values["prefix"] or ""}, write=True)
                 print(f"Node {name} resumed")
         except RpcError as exc:
+            commandline.stop_if_unreachable(exc, name, len(names) - index - 1)
             failed.append(name)
             detail = f"node {name} not found" if exc.code == "NOT_FOUND" else exc.details
             error_line(program, f"{name}: {detail}")

@@ -84,10 +84,11 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     targets = _targets(client, values, job_ids, me if values["me"] else None)
     quiet, verbose = values["quiet"], values["verbose"]
     failures = 0
-    for job_id in targets:
+    for index, job_id in enumerate(targets):
         try:
             reply = client.call("CancelJob", {"job_id": job_id, "signal": signal, "requested_by": me}, write=True)
         except RpcError as exc:
+            commandline.stop_if_unreachable(exc, f"job {job_id}", len(targets) - index - 1)
             failures += 1
             if not quiet:
                 reason = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details

@@ -135,10 +135,11 @@ def update(client: Any, args: list[str]) -> int:
         names = [n.name for n in client.call("ListNodes").nodes]
     me = caller.user_name()
     failures = 0
-    for name in names:
+    for index, name in enumerate(names):
         try:
             client.call("UpdateNode", {"name": name, "state": state, "reason": reason, "set_by": me}, write=True)
         except RpcError as exc:
+            commandline.stop_if_unreachable(exc, f"node {name}", len(names) - index - 1)
             failures += 1
             detail = "Invalid node name specified" if exc.code == "NOT_FOUND" else exc.details
             error_line(PROGRAM, f"node {name}: {detail}")
@@ -160,10 +161,11 @@ def hold_or_release(client: Any, command: str, args: list[str]) -> int:
 
     me = caller.user_name()
     failures = 0
-    for job_id in job_ids:
+    for index, job_id in enumerate(job_ids):
         try:
             client.call(method, {"job_id": job_id, "requested_by": me}, write=True)
         except RpcError as exc:
+            commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
             failures += 1
             detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
             error_line(PROGRAM, f"job {job_id}: {detail}")
