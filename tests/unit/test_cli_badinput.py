@@ -265,3 +265,12 @@ def test_a_loop_over_many_ids_or_nodes_stops_at_the_first_unreachable_controller
     result = run_command(["scontrol", "update", "NodeName=n[1-4]", "State=DRAIN", "Reason=x"])
     assert result.stderr.count(b"\n") == 1 and b"node n1: no controller" in result.stderr
     assert b"(3 more not tried)" in result.stderr
+
+
+def test_names_and_values_with_digits_int_refuses_are_plain_text() -> None:
+    from spur_hpc.cli import hostlist, playbooks
+
+    # a node registered as n² used to raise ValueError in every listing that compresses node names
+    assert hostlist.compress(["n²", "n1", "n2"]) == "n[1-2],n²"
+    assert playbooks._extra("spur_port=²") == {"spur_port": "²"}
+    assert playbooks._extra("spur_port=6817") == {"spur_port": 6817}

@@ -12,7 +12,7 @@ def _split_name(name: str) -> tuple[str, str]:
     """'node012' -> ('node', '012'); a name without a numeric suffix -> (name, '')."""
     end = len(name)
     start = end
-    while start > 0 and name[start - 1].isdigit():
+    while start > 0 and name[start - 1] in "0123456789":  # not isdigit(): int() refuses '²'
         start -= 1
     return name[:start], name[start:end]
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spur_hpc.cli import units
 from spur_hpc.cli.runner import CliError
 
 PLAYBOOKS = {
@@ -135,7 +136,7 @@ def _extra(value: str) -> dict[str, Any]:
         return {key: True}
     if lowered in ("false", "no"):
         return {key: False}
-    return {key: int(raw) if raw.isdigit() else raw}
+    return {key: int(raw) if units.is_number(raw) and len(raw) <= 18 else raw}
 
 
 class Progress:
