@@ -274,3 +274,19 @@ def test_names_and_values_with_digits_int_refuses_are_plain_text() -> None:
     assert hostlist.compress(["n²", "n1", "n2"]) == "n[1-2],n²"
     assert playbooks._extra("spur_port=²") == {"spur_port": "²"}
     assert playbooks._extra("spur_port=6817") == {"spur_port": 6817}
+
+
+def test_a_number_that_does_not_fit_its_field_is_refused_not_wrapped() -> None:
+    from spur_hpc.cli import protocodec
+
+    for fields, words in (
+        ({"nodes": 2**31}, "nodes 2147483648 is out of range: it must be from -2147483648 to 2147483647"),
+        ({"memory_mb": 10**20}, "memory_mb 100000000000000000000 is out of range"),
+    ):
+        with pytest.raises(protocodec.ProtoError, match=words):
+            protocodec.encode("SubmitJobRequest", {"spec": fields})
+    # what fits still encodes as the protobuf runtime would
+    from spur_hpc.proto import slurm_pb2
+
+    data = protocodec.encode("SubmitJobRequest", {"spec": {"nodes": 2**31 - 1, "memory_mb": -1}})
+    assert data == slurm_pb2.SubmitJobRequest(spec=slurm_pb2.JobSpec(nodes=2**31 - 1, memory_mb=-1)).SerializeToString()
