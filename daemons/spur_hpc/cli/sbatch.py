@@ -85,9 +85,13 @@ def _positive(values: dict[str, Any], dest: str, option: str) -> int:
     if text is None:
         return 1
     low, dash, high = str(text).strip().partition("-")  # Slurm accepts min-max; the controller schedules the minimum
-    least = units.parse_count(low, option)
-    if dash and units.parse_count(high, option) < least:
-        raise CliError(f"invalid {option} value '{text}': the range runs backwards; write it min-max, like 2-4")
+    least = units.bounded_int(low, units.INT32_MAX)
+    most = units.bounded_int(high, units.INT32_MAX) if dash else least
+    if not least or not most or most < least:
+        raise CliError(
+            f"invalid {option} value '{text}': use a whole number from 1 to {units.INT32_MAX} or a range min-max, "
+            f"like {option} 2"
+        )
     return least
 
 

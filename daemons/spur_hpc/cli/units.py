@@ -29,14 +29,6 @@ def bounded_int(text: str, high: int) -> int | None:
     return value if value <= high else None
 
 
-def parse_count(text: str, option: str, low: int = 1, high: int = INT32_MAX) -> int:
-    """A whole number from low to high given to option; one line naming both when it is not."""
-    value = bounded_int(text.strip(), high)
-    if value is None or value < low:
-        raise CliError(f"invalid {option} value '{text}': use a whole number from {low} to {high}, like {option} 2")
-    return value
-
-
 def parse_time_limit(text: str, option: str = "--time") -> int:
     """Slurm -t/--time value -> seconds (0: no limit)."""
     value = text.strip()
