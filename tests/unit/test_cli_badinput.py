@@ -177,6 +177,8 @@ HOSTILE = [
     (["sacct", "-S", f"now-{BIG_NUMBER}days"], ["invalid --starttime value", "30,000 years"]),
     (["sacct", "-S", "99999-01-01"], ["invalid --starttime value '99999-01-01'"]),
     (["scancel", "-s", "¹", "5"], ["invalid signal '¹'"]),
+    (["scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=a\nb"], ["Reason 'a\\nb'", "control character"]),
+    (["spur", "node", "drain", "n1", "--reason", "x\ry"], ["--reason 'x\\ry' contains a control character"]),
 ]
 
 

@@ -54,6 +54,15 @@ def parse_job_ids(items: list[str], what: str = "job id") -> list[int]:
     return ids
 
 
+def check_one_line(what: str, text: str) -> None:
+    """Text that is shown as one cell of a listing (a drain reason, a job name) holds no control characters."""
+    from spur_hpc.joblimits import control_character
+
+    char = control_character(text)
+    if char:
+        raise CliError(f"{what} '{text}' contains a control character ({char}); use plain text")
+
+
 def stop_if_unreachable(exc: Any, what: str, left: int) -> None:
     """A per-item loop (scancel 1 2 3, a hostlist of nodes) stops when no controller answered after the client's
     whole patience: each further item would wait as long again, and 65,536 of them would take days."""

@@ -43,6 +43,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
         raise CliError(f"unknown node action '{action}': use show, drain or resume")
     if len(targets) != 1:
         raise CliError(f"{action} takes one node name or hostlist, like: {program} {action} node[1-2]")
+    commandline.check_one_line("--reason", values["reason"] or "")
 
     from spur_hpc.cli.controller import ControllerClient
     from spur_hpc.cli.grpcwire import RpcError

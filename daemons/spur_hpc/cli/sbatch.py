@@ -228,11 +228,7 @@ _ONE_LINE_OPTIONS = {"name": "--job-name", "partition": "--partition", "account"
 def check_one_line_fields(spec: dict[str, Any]) -> None:
     """The controller refuses these too; saying it here names the option."""
     for key in joblimits.ONE_LINE_FIELDS:
-        char = joblimits.control_character(spec[key])
-        if char:
-            raise CliError(
-                f"{_ONE_LINE_OPTIONS.get(key, key)} '{spec[key]}' contains a control character ({char}); use plain text"
-            )
+        commandline.check_one_line(_ONE_LINE_OPTIONS.get(key, key), spec[key])
 
 
 def main(argv: list[str], program: str = PROGRAM) -> int:

@@ -121,6 +121,7 @@ def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:
     if state is None:
         raise CliError(f"invalid node state '{state_text}': use DRAIN, RESUME (IDLE, UNDRAIN) or DOWN")
     reason = fields.get("reason", "").strip()
+    commandline.check_one_line("Reason", reason)
     if state in ("DRAINED", "DOWN") and not reason:
         raise CliError(f'State={state_text.upper()} needs a reason: add Reason="why" (like Reason="bad disk")')
     return names, state, reason
