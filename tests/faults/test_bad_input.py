@@ -179,6 +179,15 @@ def test_the_controller_refuses_control_characters_in_a_job_name(single):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "account contains a control character" in details
 
 
+def test_the_controller_refuses_control_characters_in_a_node_reason(single):
+    """A drain reason is a row of sinfo -R: a direct DrainNode with a newline in it is refused."""
+    stub = single.stub(single.wait_leader())
+    request = slurm_pb2.DrainNodeRequest(name="n1", reason="maintenance\nn2 forged", set_by="root")
+    code, details = call(lambda: stub.DrainNode(request, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert "reason contains a control character (\\n)" in details
+
+
 def test_the_controller_bounds_the_environment_of_a_job(single):
     stub = single.stub(single.wait_leader())
     before = stub.GetClusterInfo(slurm_pb2.ClusterInfoRequest(), timeout=5).next_job_id

@@ -151,7 +151,7 @@ class ControllerService:
         self.write("node_deregister", name=self._node_name(name), reason=reason or "spurd stopped", time=self.clock())
 
     def drain(self, name: str, reason: str, set_by: str) -> dict[str, Any]:
-        self._check_text("reason", reason)
+        self._check_text("reason", reason, one_line=True)
         return self.write(
             "node_drain", name=self._node_name(name), reason=reason or "drained", set_by=set_by, time=self.clock()
         )
@@ -160,7 +160,7 @@ class ControllerService:
         return self.write("node_resume", name=self._node_name(name), only_prefix=only_prefix, time=self.clock())
 
     def down(self, name: str, reason: str, set_by: str) -> dict[str, Any]:
-        self._check_text("reason", reason)
+        self._check_text("reason", reason, one_line=True)
         return self.write("node_down", name=self._node_name(name), reason=reason, set_by=set_by, time=self.clock())
 
     def get_node(self, name: str) -> dict[str, Any]:
@@ -178,11 +178,16 @@ class ControllerService:
 
     # -------------------------------------------------------------- jobs
 
-    def _check_text(self, what: str, value: str, limit: int = joblimits.MAX_FIELD_CHARS) -> None:
+    def _check_text(
+        self, what: str, value: str, limit: int = joblimits.MAX_FIELD_CHARS, one_line: bool = False
+    ) -> None:
         if len(value) > limit:
             raise errors.InvalidArgument(f"{what} is {len(value)} characters long; the limit is {limit}")
         if "\x00" in value:
             raise errors.InvalidArgument(f"{what} contains a NUL character")
+        char = joblimits.control_character(value) if one_line else None
+        if char:  # a newline in a reason would forge a row of sinfo -R
+            raise errors.InvalidArgument(f"{what} contains a control character ({char}); use plain text")
 
     def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         if not spec.get("script", "").strip():
@@ -337,7 +342,7 @@ class ControllerService:
         _check_job_id(job_id)
         if state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             raise errors.InvalidArgument(f"{state} is not an end state of a job")
-        self._check_text("reason", reason)
+        self._check_text("reason", reason, one_line=True)
         result = self.write(
             "job_end",
             job_id=job_id,
