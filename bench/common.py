@@ -229,32 +229,6 @@ def py_spy_start(pid: int, seconds: float, out: Path, rate: int = 200, idle: boo
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def collapsed_shares(path: Path, needles: list[str]) -> dict[str, object]:
-    """From a py-spy raw (collapsed) file: total samples, samples per thread, and for each needle (a
-    substring of a frame, like "plan_starts (spur_hpc/controller/leader.py") the share of all samples
-    whose stack contains it."""
-    total = 0
-    threads: dict[str, int] = {}
-    hits = dict.fromkeys(needles, 0)
-    for line in path.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        try:
-            count = int(count_text)
-        except ValueError:
-            continue
-        total += count
-        thread = stack.split(";", 1)[0]
-        threads[thread] = threads.get(thread, 0) + count
-        for n in needles:
-            if n in stack:
-                hits[n] += count
-    return {
-        "samples": total,
-        "threads": dict(sorted(threads.items(), key=lambda kv: -kv[1])[:12]),
-        "shares": {n: (hits[n] / total if total else 0.0) for n in needles},
-    }
-
-
 def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
     """The heaviest functions of a py-spy raw (collapsed) file, for the results: by self samples (the frame on
     top of the stack) and by inclusive samples (anywhere on the stack), each as a share of all samples, with

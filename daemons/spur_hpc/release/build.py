@@ -29,13 +29,6 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SOURCE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", "BUILD_ID", "VERSION")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console script spur-release (pyproject.toml points here); the commands live in release.cli."""
-    from spur_hpc.release import cli
-
-    return cli.main(argv)
-
-
 def source_version(source_root: Path) -> str:
     text = (source_root / "daemons" / "spur_hpc" / "__init__.py").read_text(encoding="utf-8")
     match = re.search(r'^__version__ = "([^"]+)"', text, re.M)
