@@ -22,11 +22,12 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from spur_hpc.accounting.errors import AccountingError, AccountingUnavailable
-from spur_hpc.controller.state import (
+from spur_hpc.model import (
     CANCELLED,
     COMPLETED,
     FAILED,
     FINISHED_STATES,
+    NO_REASON,
     NODE_FAIL,
     PENDING,
     RUNNING,
@@ -228,7 +229,7 @@ def _as_record(row: dict[str, Any]) -> dict[str, Any]:
         "job_id": row["job_id"],
         "spec": spec,
         "state": row["state"],
-        "reason": row["reason"] or "None",
+        "reason": row["reason"] or NO_REASON,
         "exit_code": row["exit_code"],
         "signal": row["signal"],
         "submit_time": _epoch(row["submit_time"]),

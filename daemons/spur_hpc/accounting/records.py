@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from spur_hpc.controller.state import FINISHED_STATES, PENDING, RUNNING, per_node_cpus
+from spur_hpc.model import FINISHED_STATES, NO_REASON, PENDING, RUNNING, per_node_cpus
 
 RANK_PENDING, RANK_RUNNING, RANK_REQUEUED, RANK_FINISHED = 1, 2, 3, 4
 RANKS_PER_ATTEMPT = 8  # room for states a later release adds between these
@@ -98,7 +98,7 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         _text(spec.get("account")),
         _text(spec.get("partition") or "default"),
         str(job["state"]),
-        "" if job.get("reason") in (None, "None") else _text(job["reason"]),
+        "" if job.get("reason") in (None, NO_REASON) else _text(job["reason"]),
         int(job.get("exit_code") or 0),
         int(job.get("signal") or 0),
         timestamp(job.get("submit_time")),

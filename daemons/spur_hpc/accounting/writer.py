@@ -38,7 +38,7 @@ from spur_hpc.accounting.connection import (
 from spur_hpc.accounting.errors import AccountingError, AccountingUnavailable
 from spur_hpc.accounting.records import COLUMNS, job_row, record_version
 from spur_hpc.conf import Config, ConfigError
-from spur_hpc.controller.state import FINISHED_STATES
+from spur_hpc.model import FINISHED_STATES
 
 log = logging.getLogger("spurctld.accounting")
 

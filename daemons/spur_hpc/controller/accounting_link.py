@@ -28,7 +28,7 @@ from spur_hpc.accounting import (
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
-from spur_hpc.controller.state import FINISHED_STATES
+from spur_hpc.model import FINISHED_STATES
 
 log = logging.getLogger("spurctld.accounting")
 

@@ -19,7 +19,8 @@ import grpc
 from spur_hpc import auth, grpcutil
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
-from spur_hpc.controller.state import PENDING, RUNNING, ClusterState, per_node_cpus
+from spur_hpc.controller.state import ClusterState
+from spur_hpc.model import PENDING, RUNNING, per_node_cpus
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld.leader")

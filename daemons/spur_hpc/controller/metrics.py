@@ -9,9 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from spur_hpc.controller.state import ClusterState
-
-JOB_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-NODE_STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN")
+from spur_hpc.model import JOB_STATES, NODE_STATES
 
 
 class ControllerCollector:

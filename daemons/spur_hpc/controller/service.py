@@ -15,7 +15,8 @@ from spur_hpc import joblimits
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
-from spur_hpc.controller.state import FINISHED_STATES, RUNNING, ClusterState, per_node_cpus, submission_key
+from spur_hpc.controller.state import ClusterState, submission_key
+from spur_hpc.model import FINISHED_STATES, RUNNING, per_node_cpus
 
 log = logging.getLogger("spurctld.service")
 

@@ -13,23 +13,24 @@ from typing import Any
 
 from spur_hpc.controller import wal
 
-STATE_FORMAT = 1
-
-# Job states (names match slurm.proto's JobState)
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
-    "PENDING",
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
+# Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
+from spur_hpc.model import (
+    ALLOCATED,
+    CANCELLED,
+    DOWN,
+    DRAINED,
+    DRAINING,
+    FINISHED_STATES,
+    IDLE,
+    MIXED,
+    NO_REASON,
+    NODE_FAIL,
+    PENDING,
+    RUNNING,
+    per_node_cpus,
 )
-FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL})
-END_STATES_FROM_AGENT = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL})
 
-# Derived node states (names match slurm.proto's NodeState)
-IDLE, MIXED, ALLOCATED, DRAINING, DRAINED, DOWN = "IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN"
+STATE_FORMAT = 1
 
 
 class StateFormatError(Exception):
@@ -50,12 +51,6 @@ def submission_key(uid: int, key: str) -> str:
     answers with another user's job. Clients cannot send a NUL (the service refuses it), so a scoped entry
     never equals an unscoped key written by an older release (see find_submission)."""
     return f"{uid}\x00{key}"
-
-
-def per_node_cpus(spec: dict[str, Any]) -> int:
-    nodes = max(1, spec.get("nodes") or 1)
-    total = max(1, spec.get("tasks") or 1) * max(1, spec.get("cpus_per_task") or 1)
-    return -(-total // nodes)
 
 
 class ClusterState:
@@ -330,7 +325,7 @@ class ClusterState:
             "job_id": job_id,
             "spec": dict(r["spec"]),
             "state": PENDING,
-            "reason": "None",
+            "reason": NO_REASON,
             "exit_code": 0,
             "signal": 0,
             "submit_time": float(r["time"]),
@@ -378,7 +373,7 @@ class ClusterState:
             node["jobs"].append(job["job_id"])
         job.update(
             state=RUNNING,
-            reason="None",
+            reason=NO_REASON,
             nodes=names,
             attempt=int(r["attempt"]),
             start_time=float(r["time"]),
@@ -398,7 +393,7 @@ class ClusterState:
 
     def _finish(self, job: dict[str, Any], state: str, when: float, exit_code: int, signal: int, reason: str) -> None:
         self._release(job)
-        job.update(state=state, end_time=when, exit_code=exit_code, signal=signal, reason=reason or "None")
+        job.update(state=state, end_time=when, exit_code=exit_code, signal=signal, reason=reason or NO_REASON)
 
     def _op_job_requeue(self, r: dict[str, Any]) -> dict[str, Any]:
         job = self.jobs.get(int(r["job_id"]))
@@ -420,7 +415,7 @@ class ClusterState:
         if job["state"] != RUNNING or job["attempt"] != int(r["attempt"]):
             return ok(accepted=False, state=job["state"])
         state = r["state"]
-        if state not in END_STATES_FROM_AGENT:
+        if state not in FINISHED_STATES:
             return err("invalid", f"{state} is not an end state")
         if job["cancel_requested"] and state != NODE_FAIL:
             state = CANCELLED
@@ -477,5 +472,5 @@ class ClusterState:
             return err("not_found", f"job {r['job_id']} does not exist")
         job["held"] = False
         if job["state"] == PENDING:
-            job["reason"] = "None"
+            job["reason"] = NO_REASON
         return ok()
