@@ -1,4 +1,5 @@
-"""spurctld: the controller daemon. Wires config, state directory, safe bootstrap, Raft, gRPC and probes."""
+"""spurctld: the controller daemon's life cycle. Wires config, state directory, safe bootstrap, Raft, gRPC and probes
+(what the probes and Ping answer is in controller/status.py)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,16 @@ from spur_hpc.controller.authz import Authorizer
 from spur_hpc.controller.grpc_api import (
     ControllerServicer,
     RaftInternalServicer,
-    empty_probe_reply,
     job_to_pb,
 )
 from spur_hpc.controller.leader import LeaderDuties
-from spur_hpc.controller.metrics import ControllerCollector, render
+from spur_hpc.controller.metrics import ControllerCollector
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.service import ControllerService
+from spur_hpc.controller.status import MemberStatus
 from spur_hpc.daemon import Daemon, StartupError, set_log_level
-from spur_hpc.httpprobe import ProbeServer, json_response, text_response
-from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
+from spur_hpc.httpprobe import ProbeServer
+from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld")
 
@@ -67,7 +68,7 @@ def tighten_state_dir(state_dir: str) -> None:
         )
 
 
-class ControllerDaemon(Daemon):
+class ControllerDaemon(MemberStatus, Daemon):
     program = "spurctld"
     description = "Spur controller: one replica of the Raft-replicated cluster state."
     conf_role = "controller"
@@ -207,16 +208,7 @@ class ControllerDaemon(Daemon):
             raft_internal_pb2_grpc.add_RaftInternalServicer_to_server(RaftInternalServicer(self), server)
             server.start()
             self.grpc_server = server
-            self.probe = ProbeServer(
-                self.conf.controller.probe_addr,
-                {
-                    "/livez": self._livez,
-                    "/readyz": self._readyz,
-                    "/status": lambda: json_response(200, self.status()),
-                    "/metrics/nodes": self._metrics_nodes,
-                    "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.collector)),
-                },
-            )
+            self.probe = ProbeServer(self.conf.controller.probe_addr, self.probe_routes())
             self.collector = ControllerCollector(self.status, self._state_reader)
             self.probe.start()
         except OSError as exc:
@@ -369,19 +361,7 @@ class ControllerDaemon(Daemon):
         except Exception as exc:
             log.info("member announce deferred: %s", exc)
 
-    # ---------------------------------------------------------------- facts for probes and RPCs
-
-    def _state_reader(self, fn):
-        return self.raft.read(fn) if self.raft is not None else None
-
-    def member_grpc(self, raft_addr: str | None) -> str | None:
-        if raft_addr is None or self.raft is None:
-            return None
-        info = self.raft.read(lambda s: s.member_info.get(raft_addr))
-        return info["grpc_addr"] if info else None
-
-    def leader_grpc(self) -> str | None:
-        return self.member_grpc(self.raft.leader_addr()) if self.raft else None
+    # ---------------------------------------------------------------- actions the RPCs ask for
 
     def poke_scheduler(self) -> None:
         if self.duties is not None:
@@ -391,165 +371,6 @@ class ControllerDaemon(Daemon):
         job = self.service.get_job(job_id)
         if self.raft.is_leader():
             self.duties.pool.submit(self.duties.signal_job, job_id, job["attempt"], job["nodes"], 0)
-
-    def status(self) -> dict[str, Any]:
-        base = {
-            "raft_addr": self.raft_addr,
-            "grpc_addr": self.grpc_addr,
-            "version": buildinfo.version(),
-            "build": buildinfo.build(),
-            "max_wal_level": wal.MAX_WAL_LEVEL,
-            "phase": self.phase,
-            "accounting": self.accounting.health() if self.accounting else {"enabled": False},
-        }
-        raft = self.raft
-        if raft is None:
-            base.update(
-                role="starting",
-                leader=None,
-                leader_grpc=None,
-                term=0,
-                members=[],
-                commit_index=0,
-                applied_index=0,
-                cluster_name=self.conf.cluster.name,
-                cluster_id="",
-                wal_level=0,
-                has_quorum=False,
-                stalled=None,
-            )
-            return base
-
-        def facts(s):
-            return {
-                "cluster_name": s.cluster_name or self.conf.cluster.name,
-                "cluster_id": s.cluster_id,
-                "members": list(s.members) or list(self.members),
-                "member_info": {k: dict(v) for k, v in s.member_info.items()},
-                "wal_level": s.wal_level,
-                "stalled": dict(s.stalled) if s.stalled else None,
-                "next_job_id": s.next_job_id,
-                "nodes": len(s.nodes),
-                "jobs": len(s.jobs),
-            }
-
-        base.update(raft.read(facts))
-        leader = raft.leader_addr()
-        role = "stalled" if self.raft_stopped_for_stall else raft.role()
-        commit = raft.commit_index()
-        base.update(
-            role=role,
-            leader=leader,
-            leader_grpc=self.member_grpc(leader),
-            term=raft.term(),
-            commit_index=commit,
-            applied_index=raft.applied_index(),
-            has_quorum=raft.has_quorum(),
-            joining=raft.holding_elections(),
-            disk_free_mb=round(raft.disk.free_bytes() / 2**20, 1),
-            disk_full=raft.disk.full_reason(),  # None, or why this member refuses writes and replicated entries
-            connected_peers=raft.connected_peers(),
-        )
-        if role == "leader":
-            base["lag"] = {m: max(0, commit - idx) for m, idx in raft.follower_match().items()}
-        return base
-
-    def ping_reply(self) -> slurm_pb2.PingReply:
-        st = self.status()
-        return slurm_pb2.PingReply(
-            version=st["version"],
-            build=st["build"],
-            role=st["role"],
-            leader=st.get("leader_grpc") or "",
-            cluster_name=st["cluster_name"],
-            cluster_id=st["cluster_id"],
-            term=st["term"],
-            commit_index=st["commit_index"],
-            applied_index=st["applied_index"],
-            wal_level=st["wal_level"],
-            max_wal_level=st["max_wal_level"],
-            raft_addr=self.raft_addr,
-            grpc_addr=self.grpc_addr,
-        )
-
-    def cluster_info(self) -> slurm_pb2.ClusterInfo:
-        st = self.status()
-        return slurm_pb2.ClusterInfo(
-            cluster_name=st["cluster_name"],
-            cluster_id=st["cluster_id"],
-            leader=st.get("leader") or "",
-            leader_grpc=st.get("leader_grpc") or "",
-            term=st["term"],
-            wal_level=st["wal_level"],
-            next_job_id=st.get("next_job_id", 0),
-            members=[
-                slurm_pb2.MemberInfo(
-                    raft_addr=m,
-                    grpc_addr=st.get("member_info", {}).get(m, {}).get("grpc_addr", ""),
-                    version=st.get("member_info", {}).get(m, {}).get("version", ""),
-                    build=st.get("member_info", {}).get(m, {}).get("build", ""),
-                    max_wal_level=st.get("member_info", {}).get(m, {}).get("max_level", 0),
-                )
-                for m in st["members"]
-            ],
-        )
-
-    def probe_reply(self) -> raft_internal_pb2.ClusterProbeReply:
-        """The committed membership; a member that holds data but has not loaded it yet says so from its
-        identity file, or answers UNAVAILABLE, never "no cluster"."""
-        reply = empty_probe_reply(self.raft_addr)
-        state = self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members))) if self.raft else None
-        if state and state[1]:
-            name, cluster_id, members = state
-        elif self.had_data and self.identity:
-            name, cluster_id, members = (
-                self.identity["cluster_name"],
-                self.identity["cluster_id"],
-                self.identity["members"],
-            )
-        elif self.had_data:
-            raise errors.Unavailable("this controller holds Raft data and is still loading it; ask again")
-        else:
-            return reply
-        reply.has_cluster = True
-        reply.cluster_name, reply.cluster_id = name, cluster_id
-        reply.members.extend(members)
-        if self.raft is not None:
-            reply.leader = self.raft.leader_addr() or ""
-            reply.term = self.raft.term()
-            reply.commit_index = self.raft.commit_index()
-        return reply
-
-    # ---------------------------------------------------------------- probes
-
-    def _livez(self):
-        alive = (
-            self.raft is None
-            or self.raft_stopped_for_stall
-            or (self.raft._tick_thread is not None and self.raft._tick_thread.is_alive())
-        )
-        return text_response(200 if alive else 503, "alive" if alive else "raft tick thread died")
-
-    def _readyz(self):
-        raft = self.raft
-        if raft is None:
-            return text_response(503, f"not ready: {self.phase}")
-        if self.raft_stopped_for_stall:
-            return text_response(503, "not ready: stalled on a record this release cannot read")
-        if raft.holding_elections():
-            return text_response(503, "not ready: catching up with the cluster")
-        if raft.leader_addr() is None:
-            return text_response(503, "not ready: no leader")
-        if not raft.isReady():
-            return text_response(503, "not ready: replaying the log")
-        return text_response(200, "ready")
-
-    def _metrics_nodes(self):
-        raft = self.raft
-        if raft is None or self.raft_stopped_for_stall or not raft.is_leader() or not raft.has_quorum():
-            return json_response(503, {"role": self.status()["role"], "leader": raft.leader_addr() if raft else None})
-        nodes = raft.read(lambda s: {n: s.node_state(node) for n, node in s.nodes.items()})
-        return json_response(200, {"role": "leader", "nodes": nodes})
 
     # ---------------------------------------------------------------- stop
 
