@@ -267,3 +267,29 @@ class FakeController:
     def _SetWalLevel(self, request):  # noqa: N802
         result = self.service.set_wal_level(request.level)
         return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])
+
+
+# ------------------------------------------------------------------ module arguments shared by the module tests
+
+NAMES = ["ctl-0", "ctl-1", "ctl-2"]
+PREFIX = "spur-ansible: "
+MEMBERS = ["127.0.1.1", "127.0.1.2", "127.0.1.3"]
+
+
+def conn(cluster: FakeCluster, **extra):
+    return dict(controllers=cluster.urls, controller_names=NAMES, timeout=2, **extra)
+
+
+def dead_url() -> str:
+    server = ProbeServer()
+    url = server.url
+    server.close()
+    return url
+
+
+def node_args(cluster, **extra):
+    return conn(cluster, name="n1", **extra)
+
+
+def job_args(cluster, **extra):
+    return conn(cluster, name="verify", wrap="echo hi", **extra)
