@@ -6,8 +6,9 @@ from concurrent import futures
 
 import grpc
 
-# Metadata key that carries the leader's gRPC address on a "not the leader" answer.
-LEADER_METADATA_KEY = "spur-leader"
+from spur_hpc.wire import failover
+
+LEADER_METADATA_KEY = failover.LEADER_METADATA_KEY
 
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30000),
@@ -37,10 +38,9 @@ def channel(address: str) -> grpc.Channel:
 
 
 def leader_hint(error: grpc.RpcError) -> str | None:
+    """The leader a refusal names; None also for an error that is not a call's (it has no metadata)."""
     try:
-        for key, value in error.trailing_metadata() or ():
-            if key == LEADER_METADATA_KEY and value:
-                return value
+        metadata = error.trailing_metadata()
     except Exception:
         return None
-    return None
+    return failover.leader_hint(metadata)

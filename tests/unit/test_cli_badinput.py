@@ -279,7 +279,7 @@ def test_names_and_values_with_digits_int_refuses_are_plain_text() -> None:
 
 
 def test_a_number_that_does_not_fit_its_field_is_refused_not_wrapped() -> None:
-    from spur_hpc.cli import protocodec
+    from spur_hpc.wire import protocodec
 
     for fields, words in (
         ({"nodes": 2**31}, "nodes 2147483648 is out of range: it must be from -2147483648 to 2147483647"),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from spur_hpc.cli import controller, jobview, protocodec
+from spur_hpc.cli import controller, jobview
 from spur_hpc.proto import slurm_pb2
+from spur_hpc.wire import grpcwire, protocodec
 
 
 def queue(n: int) -> bytes:
@@ -46,7 +47,7 @@ def test_a_truncated_large_answer_is_one_clear_error() -> None:
     data = queue(3000)[:-3]
     try:
         controller._decode("ListJobsReply", data, "127.0.0.1:6817")
-    except controller.grpcwire.RpcError as exc:
+    except grpcwire.RpcError as exc:
         assert "the answer of 127.0.0.1:6817 is not a valid ListJobsReply" in str(exc)
     else:
         raise AssertionError("a truncated answer was accepted")

@@ -14,9 +14,9 @@ import grpc
 import pytest
 
 from spur_hpc import grpcutil
-from spur_hpc.cli import grpcwire
 from spur_hpc.proto import slurm_pb2 as pb
 from spur_hpc.proto import slurm_pb2_grpc as pb_grpc
+from spur_hpc.wire import grpcwire
 
 FINISHED = {pb.COMPLETED, pb.FAILED, pb.CANCELLED, pb.TIMEOUT, pb.NODE_FAIL}
 

@@ -23,7 +23,7 @@ OPTIONS = [
 
 def collect(client: Any) -> dict[str, Any]:
     """Membership from any controller, then a Ping of each member (and each configured address)."""
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     info = None
     try:

@@ -1,11 +1,12 @@
 """Talking to the controllers: where they are, which one to ask, what to do when one does not answer.
 
 Addresses come from SPUR_CONTROLLER_ADDR (comma-separated host:port, an http:// prefix accepted), else from
-[controller] hosts of spur.conf ($SPUR_CONF or /etc/spur/spur.conf). Every call tries each controller in
-turn. Reads take the first answer. Writes may go to any controller (followers forward to the leader); when
-one answers UNAVAILABLE, the next try goes to the leader it names in its trailing metadata, else to the next
-address, for a while (an election takes about a second). A write is sent byte-for-byte the same on every
-try, so a submission's idempotency key makes a retry return the first job instead of creating a second one.
+[controller] hosts of spur.conf ($SPUR_CONF or /etc/spur/spur.conf). Every call walks the controllers as
+wire.failover decides: the last one that answered first, the leader a refusal names next, the rest in
+order. Reads take the first answer and wait READ_PATIENCE_SECS at most for an election; writes may go to any
+controller (followers forward to the leader) and are retried for failover.WRITE_PATIENCE_SECS. A write is
+sent byte-for-byte the same on every try, so a submission's idempotency key makes a retry return the first
+job instead of creating a second one.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import os
 import time
 
 from spur_hpc import auth
-from spur_hpc.cli import grpcwire, protocodec
 from spur_hpc.cli.runner import CliError
+from spur_hpc.wire import failover, grpcwire, protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,9 +27,8 @@ CONTROLLER_PORT = 6817
 DEFAULT_CONF_PATH = "/etc/spur/spur.conf"  # spur_hpc.conf.DEFAULT_CONF_PATH (a unit test keeps them equal)
 SERVICE = "SlurmController"
 READ_PATIENCE_SECS = 3.0
-WRITE_PATIENCE_SECS = 15.0
 CALL_TIMEOUT_SECS = 15.0
-RETRY_PAUSE_SECS = 0.25
+RETRY_PAUSE_SECS = failover.PAUSE_SECS  # read at every call, so that a test can lengthen it
 
 
 def _with_port(address: str) -> str:
@@ -152,7 +152,7 @@ class ControllerClient:
         self,
         addresses: list[str] | None = None,
         read_patience: float = READ_PATIENCE_SECS,
-        write_patience: float = WRITE_PATIENCE_SECS,
+        write_patience: float = failover.WRITE_PATIENCE_SECS,
         call_timeout: float = CALL_TIMEOUT_SECS,
     ) -> None:
         self.addresses = addresses if addresses is not None else controller_addresses()
@@ -193,43 +193,30 @@ class ControllerClient:
         request_type, reply_type = methods[method]
         body = protocodec.encode(request_type, request or {}, schema)
         path = f"/{schema.package}.{SERVICE}/{method}"
-        deadline = time.monotonic() + (self.write_patience if write else self.read_patience)
-        failures: dict[str, str] = {}
-        while True:
-            queue = list(self.addresses)
-            if self.last_answered in queue:
-                queue.remove(self.last_answered)
-                queue.insert(0, self.last_answered)
-            tried: set[str] = set()
-            any_answered = False
-            while queue:
-                address = queue.pop(0)
-                if address in tried:
-                    continue
-                tried.add(address)
-                try:
-                    # A fresh credential per try: munged refuses a replayed one.
-                    data, _metadata = self._connection(address).call(
-                        path, body, self.call_timeout, auth.client_metadata()
-                    )
-                except grpcwire.RpcError as exc:
-                    if exc.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-                        self.last_answered = address
-                        raise
-                    failures[address] = exc.details.removeprefix(f"cannot reach controller {address}: ")
-                    any_answered = any_answered or not exc.details.startswith("cannot reach")
-                    hint = exc.leader_hint()
-                    if hint and hint not in tried:
-                        queue.insert(0, _with_port(hint))
-                    continue
-                self.last_answered = address
-                return _decode(reply_type, data, address)
-            # retry while an election may be under way; reads give up at once when nothing is listening
-            if time.monotonic() + RETRY_PAUSE_SECS >= deadline or not (write or any_answered):
-                summary = "; ".join(f"{addr}: {why}" for addr, why in failures.items())
-                raise grpcwire.RpcError(
-                    "UNAVAILABLE",
-                    f"no controller could answer {method} ({summary}); check that spurctld runs and that "
-                    "SPUR_CONTROLLER_ADDR or [controller] hosts point at it",
+        patience = self.write_patience if write else self.read_patience
+        policy = failover.Failover(
+            self.addresses, time.monotonic() + patience, write=write, prefer=self.last_answered, pause=RETRY_PAUSE_SECS
+        )
+        for address in policy:
+            try:
+                # A fresh credential per try: munged refuses a replayed one.
+                data, _metadata = self._connection(address).call(path, body, self.call_timeout, auth.client_metadata())
+            except grpcwire.RpcError as exc:
+                if exc.code not in failover.RETRY_CODES:
+                    self.last_answered = address
+                    raise
+                hint = exc.leader_hint()
+                policy.failed(
+                    address,
+                    exc.details.removeprefix(f"cannot reach controller {address}: "),
+                    hint=_with_port(hint) if hint else None,
+                    reachable=not exc.details.startswith("cannot reach"),
                 )
-            time.sleep(RETRY_PAUSE_SECS)
+                continue
+            self.last_answered = address
+            return _decode(reply_type, data, address)
+        raise grpcwire.RpcError(
+            "UNAVAILABLE",
+            f"no controller could answer {method} ({policy.summary()}); check that spurctld runs and that "
+            "SPUR_CONTROLLER_ADDR or [controller] hosts point at it",
+        )

@@ -141,7 +141,7 @@ class AccountingJobHistory:
 
 def select_jobs(client: Any, query: HistoryQuery, now: float) -> list[Any]:
     """Accounting first; the controller's own list when this cluster runs without accounting."""
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     if client.has_method("JobHistory"):
         try:

@@ -6,9 +6,10 @@ DRAINING until its jobs end, then DRAINED.
 
 from __future__ import annotations
 
-from spur_hpc.cli import commandline, hostlist, nodeview, protocodec
+from spur_hpc.cli import commandline, hostlist, nodeview
 from spur_hpc.cli.options import Option, parse
 from spur_hpc.cli.runner import CliError, error_line
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
     commandline.check_one_line("--reason", values["reason"] or "")
 
     from spur_hpc.cli.controller import ControllerClient
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     client = ControllerClient()
     if action == "show":

@@ -5,8 +5,9 @@ Pure functions of Node messages (decoded or generated alike), so golden tests ca
 
 from __future__ import annotations
 
-from spur_hpc.cli import hostlist, protocodec, slurmformat, units
+from spur_hpc.cli import hostlist, slurmformat, units
 from spur_hpc.cli.runner import printable
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ def check_arguments(args: list[str]) -> None:
 
 def run(program: str, command: Callable[[list[str]], int], argv: list[str] | None) -> int:
     """Call command(argv) and turn every expected failure into (one stderr line, exit code)."""
-    from spur_hpc.cli.grpcwire import RpcError
-    from spur_hpc.cli.protocodec import ProtoError
+    from spur_hpc.wire.grpcwire import RpcError
+    from spur_hpc.wire.protocodec import ProtoError
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 
-from spur_hpc.cli import acctview, commandline, jobhistory, protocodec, squeue, units
+from spur_hpc.cli import acctview, commandline, jobhistory, squeue, units
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
+from spur_hpc.wire import protocodec
 
 PROGRAM = "sacct"
 BRIEF_FIELDS = "JobID,State,ExitCode"

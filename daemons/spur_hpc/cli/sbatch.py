@@ -247,7 +247,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     import uuid
 
     from spur_hpc.cli.controller import ControllerClient
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     request = {"spec": spec, "idempotency_key": str(uuid.uuid4())}
     try:

@@ -77,7 +77,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     from spur_hpc.cli import caller
     from spur_hpc.cli.controller import ControllerClient
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     me = caller.user_name()
     client = ControllerClient()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from spur_hpc.cli import commandline, hostlist, jobview, nodeview, protocodec
+from spur_hpc.cli import commandline, hostlist, jobview, nodeview
 from spur_hpc.cli.options import Option, parse
 from spur_hpc.cli.runner import CliError, error_line
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
     what, rest = args[0].lower(), args[1:]
     if len(rest) > 1:
         raise CliError(f"show {what} takes at most one name or id, got {' '.join(rest)}")
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     if what in ("node", "nodes", "nodename"):
         if rest:
@@ -130,7 +131,7 @@ def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:
 def update(client: Any, args: list[str]) -> int:
     names, state, reason = parse_node_update(args)
     from spur_hpc.cli import caller
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     if names == ["ALL"]:
         names = [n.name for n in client.call("ListNodes").nodes]
@@ -158,7 +159,7 @@ def hold_or_release(client: Any, command: str, args: list[str]) -> int:
             f"{'held' if command == 'hold' else 'released'} yet; nothing was changed"
         )
     from spur_hpc.cli import caller
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     me = caller.user_name()
     failures = 0
@@ -174,7 +175,7 @@ def hold_or_release(client: Any, command: str, args: list[str]) -> int:
 
 
 def ping(client: Any) -> int:
-    from spur_hpc.cli.grpcwire import RpcError
+    from spur_hpc.wire.grpcwire import RpcError
 
     leader_up = False
     for address in client.addresses:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from spur_hpc.cli import commandline, hostlist, nodeview, protocodec
+from spur_hpc.cli import commandline, hostlist, nodeview
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from spur_hpc.cli import commandline, jobview, protocodec
+from spur_hpc.cli import commandline, jobview
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""HPACK (RFC 7541) header compression for the CLI's HTTP/2 client.
+"""HPACK (RFC 7541) header compression for the standard-library HTTP/2 client (wire.grpcwire).
 
 Encoding is the simplest legal form (every header a literal, never indexed, no Huffman): requests are
 tiny. Decoding is complete, because gRPC servers answer with indexed headers and Huffman-coded strings.

@@ -2,7 +2,7 @@
 
 The CLI must answer in a few tens of milliseconds, and importing google.protobuf plus the generated modules
 costs 30-60 ms on its own. So the CLI reads the message layout from slurm.proto (shipped in the package) and
-encodes and decodes with this module. tests/unit/test_cli_protocodec.py checks the layout against the
+encodes and decodes with this module. tests/unit/test_wire.py checks the layout against the
 generated descriptors, so the two cannot drift apart.
 
 Decoded messages behave like generated ones for reading: one attribute per field, proto3 defaults for

@@ -3,8 +3,8 @@
 Why not grpcio: `import grpc` alone takes 80-100 ms, twice the CLI's whole budget. The controller speaks
 ordinary gRPC (insecure channels, see grpcutil.channel), and a unary call is a small exchange: the
 HTTP/2 preface and SETTINGS, one HEADERS and one DATA frame out, then HEADERS, DATA and trailers back.
-This module does exactly that, with flow control in both directions and HPACK from cli.hpack.
-tests/unit/test_cli_grpcwire.py runs it against a real grpcio server.
+This module does exactly that, with flow control in both directions and HPACK from wire.hpack.
+tests/unit/test_wire.py runs it against a real grpcio server.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import _socket  # the C module: `socket` pulls in enum and selectors, ~4 ms the 
 import struct
 import time
 
-from spur_hpc.cli import hpack
-
-# grpcutil.LEADER_METADATA_KEY (grpcutil imports grpc, which the CLI must not); a unit test keeps them equal.
-LEADER_METADATA_KEY = "spur-leader"
+from spur_hpc.wire import failover, hpack
 
 STATUS_NAMES = (
     "OK",
@@ -61,10 +58,7 @@ class RpcError(Exception):
 
     def leader_hint(self) -> str | None:
         """The leader's gRPC address a follower put in the trailing metadata, if any."""
-        for key, value in self.trailing:
-            if key == LEADER_METADATA_KEY and value:
-                return value
-        return None
+        return failover.leader_hint(self.trailing)
 
 
 def split_address(address: str) -> tuple[str, int]:

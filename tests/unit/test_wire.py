@@ -12,9 +12,10 @@ import pytest
 from google.protobuf import descriptor
 
 from spur_hpc import conf, grpcutil
-from spur_hpc.cli import controller, grpcwire, hpack, protocodec
+from spur_hpc.cli import controller
 from spur_hpc.proto import slurm_pb2 as pb
 from spur_hpc.proto import slurm_pb2_grpc as pb_grpc
+from spur_hpc.wire import grpcwire, hpack, protocodec
 
 _SCALAR_NAMES = {
     descriptor.FieldDescriptor.TYPE_STRING: "string",
@@ -114,7 +115,6 @@ def test_json_view_names_enums_and_keeps_every_field() -> None:
 
 
 def test_constants_shared_with_modules_the_cli_may_not_import() -> None:
-    assert grpcwire.LEADER_METADATA_KEY == grpcutil.LEADER_METADATA_KEY
     assert controller.DEFAULT_CONF_PATH == conf.DEFAULT_CONF_PATH
     assert controller.CONTROLLER_PORT == conf.CONTROLLER_GRPC_PORT
 
