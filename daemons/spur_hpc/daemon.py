@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from spur_hpc import buildinfo
+from spur_hpc import buildinfo, sdnotify
 from spur_hpc.conf import ConfigError, startup_warnings
 
 
@@ -32,6 +32,7 @@ class Daemon:
         self.exit_code = 0
         self.log = logging.getLogger(self.program)
         self._term_count = 0
+        self.notifier = sdnotify.Notifier(None)
 
     # -- to override ------------------------------------------------------------------------
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ class Daemon:
     def wait(self) -> None:
         """Block until asked to stop (override to watch something else too)."""
         while not self.stopping.wait(0.5):
-            pass
+            self.notifier.watchdog()
 
     # -- the run loop ------------------------------------------------------------------------
     def request_stop(self, code: int = 0) -> None:
@@ -77,6 +78,7 @@ class Daemon:
         parser.add_argument("--log-level", help="override [log] level")
         self.add_arguments(parser)
         args = parser.parse_args(argv)
+        self.notifier = sdnotify.Notifier.from_environment()
         if args.version:
             print(buildinfo.describe(self.program))
             return 0
@@ -97,9 +99,11 @@ class Daemon:
             self._safe_stop()
             return 2
         self.log.info("%s started", buildinfo.describe(self.program))
+        self.notifier.ready()  # start() returns once the daemon serves: systemctl start may return now
         try:
             self.wait()
         finally:
+            self.notifier.stopping()
             self._safe_stop()
         self.log.info("stopped")
         return self.exit_code
