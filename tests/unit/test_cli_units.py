@@ -1,4 +1,4 @@
-"""Slurm's notations (times, memory, hostlists) and the option parser."""
+"""Slurm's notations (times, memory) and the option parser (hostlists: test_model.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from spur_hpc.cli import hostlist, options, units
+from spur_hpc.cli import options, units
 from spur_hpc.cli.runner import CliError
 
 
@@ -60,21 +60,6 @@ def test_time_points(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         monkeypatch.undo()
         time.tzset()
-
-
-@pytest.mark.parametrize(
-    ("names", "text"),
-    [(["n1", "n2", "n3", "n5"], "n[1-3,5]"), (["gpu01", "gpu02", "login"], "gpu[01-02],login"),
-     (["a"], "a"), (["n10", "n9", "n11"], "n[9-11]"), (["x1", "y1"], "x1,y1"), ([], "")],
-)  # fmt: skip
-def test_hostlist_compress(names: list[str], text: str) -> None:
-    assert hostlist.compress(names) == text
-
-
-def test_hostlist_expand_round_trips() -> None:
-    assert hostlist.expand("n[1-3,5],gpu[01-02],login") == ["n1", "n2", "n3", "n5", "gpu01", "gpu02", "login"]
-    for expression in ("n[1-3,5]", "gpu[01-02],login", "a"):
-        assert hostlist.compress(hostlist.expand(expression)) == expression
 
 
 PARSER_OPTIONS = [

@@ -6,7 +6,8 @@ objects with the Job message's attributes.
 
 from __future__ import annotations
 
-from spur_hpc.cli import hostlist, jobview, slurmformat, units
+from spur_hpc import model
+from spur_hpc.cli import jobview, slurmformat, units
 from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
@@ -36,7 +37,7 @@ FIELDS: dict[str, tuple[str, int, bool, Callable[[Any, float], str]]] = {
     "reqcpus": ("ReqCPUS", 8, True, lambda j, now: str(jobview.cpu_count(j))),
     "allocnodes": ("AllocNodes", 10, True, lambda j, now: str(len(j.nodes))),
     "nnodes": ("NNodes", 8, True, lambda j, now: str(jobview.node_count(j))),
-    "nodelist": ("NodeList", 15, False, lambda j, now: hostlist.compress(list(j.nodes)) or "None assigned"),
+    "nodelist": ("NodeList", 15, False, lambda j, now: model.compress_hostlist(list(j.nodes)) or "None assigned"),
     "state": ("State", 10, True, lambda j, now: jobview.state_name(j)),
     "exitcode": ("ExitCode", 8, True, lambda j, now: f"{j.exit_code}:{j.signal}"),
     "elapsed": ("Elapsed", 10, True, lambda j, now: units.format_clock(_elapsed(j, now))),

@@ -6,7 +6,8 @@ so golden tests can build messages and compare text.
 
 from __future__ import annotations
 
-from spur_hpc.cli import hostlist, slurmformat, units
+from spur_hpc import model
+from spur_hpc.cli import slurmformat, units
 from spur_hpc.cli.runner import printable
 from spur_hpc.wire import protocodec
 
@@ -153,11 +154,11 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
     if letter == "m":
         return f"{job.spec.memory_mb}M" if job.spec.memory_mb else "0"
     if letter == "N":
-        return hostlist.compress(list(job.nodes))
+        return model.compress_hostlist(list(job.nodes))
     if letter == "R":
         if state == "PENDING" or not job.nodes:
             return f"({job.reason or 'None'})"
-        return hostlist.compress(list(job.nodes))
+        return model.compress_hostlist(list(job.nodes))
     if letter == "r":
         return job.reason or "None"
     if letter == "P":
@@ -201,7 +202,7 @@ def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
     """`scontrol show job` for one job: Slurm's Key=Value lines, continuation lines indented by 3."""
     state = state_name(job)
     user, group = group_of(job) if group_of else _user_and_group(job)
-    nodes = hostlist.compress(list(job.nodes)) if job.nodes else "(null)"
+    nodes = model.compress_hostlist(list(job.nodes)) if job.nodes else "(null)"
     if job.end_time:
         end = units.format_timestamp(job.end_time)
     elif job.start_time and job.spec.time_limit_secs:

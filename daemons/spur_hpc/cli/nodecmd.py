@@ -6,7 +6,8 @@ DRAINING until its jobs end, then DRAINED.
 
 from __future__ import annotations
 
-from spur_hpc.cli import commandline, hostlist, nodeview
+from spur_hpc import model
+from spur_hpc.cli import commandline, nodeview
 from spur_hpc.cli.options import Option, parse
 from spur_hpc.cli.runner import CliError, error_line
 from spur_hpc.wire import protocodec
@@ -27,7 +28,7 @@ SYNOPSIS = "show NAME [-o json] | drain NODES [--reason TEXT] | resume NODES [--
 def _names(client: Any, expression: str) -> list[str]:
     if expression == "ALL":
         return sorted(n.name for n in client.call("ListNodes").nodes)
-    return hostlist.expand(expression)
+    return model.expand_hostlist(expression)
 
 
 def main(argv: list[str], program: str = "spur node") -> int:
@@ -88,5 +89,5 @@ def main(argv: list[str], program: str = "spur node") -> int:
             detail = f"node {name} not found" if exc.code == "NOT_FOUND" else exc.details
             error_line(program, f"{name}: {detail}")
     if failed:
-        raise CliError(f"{action} failed on {len(failed)} of {len(names)} node(s): {hostlist.compress(failed)}")
+        raise CliError(f"{action} failed on {len(failed)} of {len(names)} node(s): {model.compress_hostlist(failed)}")
     return 0

@@ -5,7 +5,8 @@ Pure functions of Node messages (decoded or generated alike), so golden tests ca
 
 from __future__ import annotations
 
-from spur_hpc.cli import hostlist, slurmformat, units
+from spur_hpc import model
+from spur_hpc.cli import slurmformat, units
 from spur_hpc.cli.runner import printable
 from spur_hpc.wire import protocodec
 
@@ -127,7 +128,7 @@ def _group_value(letter: str, nodes: list[Any]) -> str:
     if letter == "D":
         return str(len(nodes))
     if letter in ("N", "n"):
-        return hostlist.compress([n.name for n in nodes])
+        return model.compress_hostlist([n.name for n in nodes])
     if letter == "C":
         allocated = sum(min(n.allocated.cpus, n.resources.cpus) for n in nodes)
         total = sum(n.resources.cpus for n in nodes)

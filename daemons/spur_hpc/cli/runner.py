@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from spur_hpc.model import InvalidValue
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,6 +59,9 @@ def run(program: str, command: Callable[[list[str]], int], argv: list[str] | Non
     except CliError as exc:
         error_line(program, str(exc))
         return exc.exit_code
+    except InvalidValue as exc:  # a notation the shared model reads (a hostlist) was malformed
+        error_line(program, str(exc))
+        return 1
     except RpcError as exc:
         error_line(program, exc.details)
         return 1

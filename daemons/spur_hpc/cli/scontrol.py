@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from spur_hpc.cli import commandline, hostlist, jobview, nodeview
+from spur_hpc import model
+from spur_hpc.cli import commandline, jobview, nodeview
 from spur_hpc.cli.options import Option, parse
 from spur_hpc.cli.runner import CliError, error_line
 from spur_hpc.wire import protocodec
@@ -114,7 +115,7 @@ def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:
         raise CliError("update needs NodeName=NODES (other records cannot be updated yet)")
     if not fields["nodename"].strip():
         raise CliError("NodeName= is empty: name the nodes, like NodeName=node1 or NodeName=node[1-4]")
-    names = hostlist.expand(fields["nodename"])
+    names = model.expand_hostlist(fields["nodename"])
     state_text = fields.get("state", "")
     if not state_text:
         raise CliError("update NodeName=... needs State=DRAIN, State=RESUME or State=DOWN")

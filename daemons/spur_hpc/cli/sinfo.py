@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from spur_hpc.cli import commandline, hostlist, nodeview
+from spur_hpc import model
+from spur_hpc.cli import commandline, nodeview
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
 from spur_hpc.wire import protocodec
@@ -67,7 +68,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         return 0
     if positionals:
         raise CliError(f"unexpected argument '{positionals[0]}'; sinfo takes options only (nodes go in -n)")
-    names = [name for item in values["nodes"] for name in hostlist.expand(item)]
+    names = [name for item in values["nodes"] for name in model.expand_hostlist(item)]
     states = parse_node_states(gather(values["states"]))
     partitions = gather(values["partitions"])
     as_json = commandline.wants_json(values["format"], values["json"])

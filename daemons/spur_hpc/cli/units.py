@@ -5,28 +5,11 @@ from __future__ import annotations
 import time
 
 from spur_hpc.cli.runner import CliError
+from spur_hpc.model import INT64_MAX, bounded_int, is_number
 
 TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)"
 # the protobuf fields numbers end up in: a larger value would wrap into another number on the wire
 INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-
-
-def is_number(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also says yes to '²', which int() refuses."""
-    return text.isascii() and text.isdigit()
-
-
-def bounded_int(text: str, high: int) -> int | None:
-    """ASCII digits with a value of at most high -> the number; anything else -> None. Never converts a
-    string longer than high's digits (int() of thousands of digits is slow, and refused past 4300)."""
-    if not is_number(text):
-        return None
-    digits = text.lstrip("0") or "0"
-    if len(digits) > len(str(high)):
-        return None
-    value = int(digits)
-    return value if value <= high else None
 
 
 def parse_time_limit(text: str, option: str = "--time") -> int:
