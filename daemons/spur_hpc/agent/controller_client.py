@@ -2,7 +2,7 @@
 
 Agent RPCs are answered by the leader only. A follower refuses with UNAVAILABLE and, when it knows
 the leader, names it in the "spur-leader" trailing metadata; the client then goes there at once.
-Otherwise it tries the next host, round robin, until the deadline.
+Otherwise it tries the next host, until the deadline: wire.failover decides the order and the pauses.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import grpc
 
 from spur_hpc import auth, grpcutil
 from spur_hpc.proto import slurm_pb2_grpc
+from spur_hpc.wire import failover
 
 log = logging.getLogger("spurd.controller")
-
-# Codes that mean "another controller may answer": not the leader, down, or too slow.
-RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 class ControllerUnavailable(Exception):
@@ -68,47 +66,33 @@ class ControllerClient:
         Errors other than "try another controller" (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) are raised
         at once as grpc.RpcError: retrying them elsewhere cannot help.
         """
-        order = [self._current] + [h for h in self.hosts if h != self._current]
-        queue = list(order)
-        answers: dict[str, str] = {}
-        while True:
-            now = time.monotonic()
-            if now >= deadline or (stop is not None and stop.is_set()):
-                seen = "; ".join(f"{h}: {a}" for h, a in answers.items()) or "no answer"
-                raise ControllerUnavailable(f"{method}: no controller leader answered ({seen})")
-            if not queue:
-                queue = list(order)
-                # Every host refused: an election is probably running. Give it a moment.
-                pause = min(0.25, max(0.0, deadline - now))
-                if stop is not None:
-                    stop.wait(pause)
-                else:
-                    time.sleep(pause)
-                continue
-            address = queue.pop(0)
-            timeout = max(0.05, min(self.call_timeout, deadline - now))
+        policy = failover.Failover(
+            self.hosts,
+            deadline,
+            prefer=self._current,
+            sleep=stop.wait if stop is not None else time.sleep,
+            stopped=stop.is_set if stop is not None else None,
+        )
+        for address in policy:
+            timeout = max(0.05, min(self.call_timeout, policy.remaining()))
             try:
                 # A fresh credential per try: munged refuses a replayed one.
                 metadata = auth.client_metadata(self.auth_type, self.munge_socket)
                 reply = getattr(self._stub(address), method)(request, timeout=timeout, metadata=metadata)
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code not in RETRY_CODES:
+                if code is None or code.name not in failover.RETRY_CODES:
                     if address != self._current:
                         self._switch(address, "answered")
                     raise
                 hint = grpcutil.leader_hint(exc)
-                answers[address] = f"{code.name} {exc.details() or ''}".strip() + (f" (leader {hint})" if hint else "")
-                if hint and hint != address:
-                    if hint in queue:
-                        queue.remove(hint)
-                    queue.insert(0, hint)
-                    if hint not in order:
-                        order.append(hint)  # a leader address we were not configured with; keep trying it
+                why = f"{code.name} {exc.details() or ''}".strip() + (f" (leader {hint})" if hint else "")
+                policy.failed(address, why, hint=hint)
                 continue
             if address != self._current:
                 self._switch(address, "is the leader")
             return reply
+        raise ControllerUnavailable(f"{method}: no controller leader answered ({policy.summary()})")
 
     def _switch(self, address: str, why: str) -> None:
         log.info("controller %s %s; switching from %s", address, why, self._current)
