@@ -59,6 +59,7 @@ import common  # first: it puts tests/ on sys.path
 
 import grpc
 
+from spur_hpc import grpcutil
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
 BIN = Path(sys.executable).parent
@@ -68,7 +69,6 @@ RELEASES = Path("/tmp/spur-bench-releases")
 UNAVOIDABLE_STEPS = ("healthy", "registered")
 CALL_TIMEOUT_S = 5.0
 KEEP_FINISHED = {"spur_conf": {"controller": {"min_job_age_secs": 86400}}}
-LEADER_METADATA_KEY = "spur-leader"
 
 
 def say(text: str) -> None:
@@ -245,10 +245,7 @@ class Submitter(threading.Thread):
             except grpc.RpcError as exc:
                 code = exc.code().name if exc.code() else "UNKNOWN"
                 self.errors[code] = self.errors.get(code, 0) + 1
-                hint = None
-                for k, v in exc.trailing_metadata() or ():
-                    if k == LEADER_METADATA_KEY and v:
-                        hint = v
+                hint = grpcutil.leader_hint(exc)
                 if hint in self.stubs and hint != address:
                     self.current = hint
                 else:
