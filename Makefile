@@ -18,6 +18,7 @@ lint: setup
 	$(BIN)/ruff check daemons tests tools bench
 	$(BIN)/python tools/gen_protos.py --check
 	$(BIN)/python tools/gen_module_docs.py --check
+	$(BIN)/python tools/gen_module_utils.py --check
 
 # `make test` runs everything (lint, unit, integration, faults, docs, the collection with ansible-test sanity, every
 # Molecule scenario of both tiers, the demo end to end) in two lanes at once: most tests wait on real daemons,

@@ -615,9 +615,6 @@ def node_to_dict(node) -> dict:
     )
 
 
-FINISHED_JOB_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-
-
 def job_to_dict(job) -> dict:
     spec = job.spec
     return dict(

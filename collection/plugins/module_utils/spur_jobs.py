@@ -9,15 +9,14 @@ import os
 import time
 
 from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    FINISHED_JOB_STATES,
     SpurConnection,
     SpurError,
     SpurInvalid,
     SpurTimeout,
 )
+from ansible_collections.spur.cluster.plugins.module_utils.spur_model import FINISHED_STATES, output_file
 
 POLL_SECS = 0.25
-DEFAULT_OUTPUT = "slurm-%j.out"
 # Jobs submitted with an idempotency key carry it here, so check mode can find them by name and key.
 KEY_VARIABLE = "SPUR_ANSIBLE_IDEMPOTENCY_KEY"
 
@@ -27,21 +26,9 @@ class SpurJobFailed(SpurError):
 
 
 def output_path(job: dict) -> str:
-    """Where the job's stdout lands, with Slurm's %j %x %u %N %% patterns filled in (as spurstepd does)."""
-    pattern = job.get("stdout_path") or DEFAULT_OUTPUT
-    values = {"j": str(job["job_id"]), "A": str(job["job_id"]), "x": job.get("name") or "batch",
-              "u": job.get("user") or "", "N": (job.get("nodes") or [""])[0], "n": "0", "t": "0", "s": "batch"}
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "%" and i + 1 < len(pattern):
-            key = pattern[i + 1]
-            out.append("%" if key == "%" else values.get(key, "%" + key))
-            i += 2
-            continue
-        out.append(pattern[i])
-        i += 1
-    return os.path.join(job.get("work_dir") or "/tmp", "".join(out))
+    """Where the job's stdout lands: the file spurstepd writes (spur_model.output_file, Slurm's patterns)."""
+    return output_file(job.get("stdout_path") or "", job.get("work_dir") or "/tmp", job["job_id"],
+                       job.get("name") or "", job.get("user") or "", (job.get("nodes") or [""])[0])
 
 
 def read_output(path: str, limit: int) -> str | None:
@@ -152,7 +139,7 @@ class JobRun:
 
     def wait_finished(self, job: dict) -> dict:
         deadline = self.clock() + self.params["wait_timeout"]
-        while job["state"] not in FINISHED_JOB_STATES:
+        while job["state"] not in FINISHED_STATES:
             if self.clock() >= deadline:
                 raise SpurTimeout("job %d is still %s after %.0f s%s" % (
                     job["job_id"], job["state"], self.params["wait_timeout"],
@@ -164,7 +151,7 @@ class JobRun:
 
     def report(self, job: dict, changed: bool, duplicate: bool) -> dict:
         path = output_path(job)
-        finished = job["state"] in FINISHED_JOB_STATES
+        finished = job["state"] in FINISHED_STATES
         output = read_output(path, self.params["output_limit"]) if finished else None
         result = dict(changed=changed, duplicate=duplicate, job_id=job["job_id"], state=job["state"],
                       exit_code=job["exit_code"], signal=job["signal"], reason=job["reason"], nodes=job["nodes"],
@@ -181,7 +168,7 @@ class JobRun:
 
     def cancel(self) -> dict:
         jobs = self.existing()
-        live = [j for j in jobs if j["state"] not in FINISHED_JOB_STATES]
+        live = [j for j in jobs if j["state"] not in FINISHED_STATES]
         if not live or self.check_mode:
             return dict(changed=bool(live), cancelled=[j["job_id"] for j in live],
                         jobs=[dict(job_id=j["job_id"], state=j["state"]) for j in jobs])

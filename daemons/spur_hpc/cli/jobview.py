@@ -29,7 +29,7 @@ STATE_CODES = {
     "NODE_FAIL": "NF",
     "JOB_STATE_UNKNOWN": "UN",
 }
-FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"})
+FINISHED_STATES = model.FINISHED_STATES
 
 SQUEUE_TITLES = {
     "i": "JOBID",
@@ -86,41 +86,18 @@ def partition(job: Any) -> str:
     return job.spec.partition or DEFAULT_PARTITION
 
 
-def expand_path_pattern(pattern: str, job: Any) -> str:
-    """Slurm's filename patterns: %j job id, %u user, %x job name, %N first node, %% a percent sign."""
-    replacements = {
-        "j": str(job.job_id),
-        "u": job.spec.user,
-        "x": job.spec.name,
-        "N": job.nodes[0] if job.nodes else "",
-        "%": "%",
-    }
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "%" and i + 1 < len(pattern) and pattern[i + 1] in replacements:
-            out.append(replacements[pattern[i + 1]])
-            i += 2
-        else:
-            out.append(pattern[i])
-            i += 1
-    return "".join(out)
+def _output_file(pattern: str, job: Any) -> str:
+    """The file spurstepd writes for this pattern (model.output_file; %N is the batch host, empty while pending)."""
+    node = job.nodes[0] if job.nodes else ""
+    return model.output_file(pattern, job.spec.work_dir, job.job_id, job.spec.name, job.spec.user, node)
 
 
 def stdout_path(job: Any) -> str:
-    path = job.spec.stdout_path or "slurm-%j.out"
-    if not path.startswith("/") and job.spec.work_dir:
-        path = job.spec.work_dir.rstrip("/") + "/" + path
-    return expand_path_pattern(path, job)
+    return _output_file(job.spec.stdout_path, job)
 
 
 def stderr_path(job: Any) -> str:
-    if not job.spec.stderr_path:
-        return stdout_path(job)
-    path = job.spec.stderr_path
-    if not path.startswith("/") and job.spec.work_dir:
-        path = job.spec.work_dir.rstrip("/") + "/" + path
-    return expand_path_pattern(path, job)
+    return _output_file(job.spec.stderr_path, job) if job.spec.stderr_path else stdout_path(job)
 
 
 def squeue_value(letter: str, job: Any, now: float) -> str:

@@ -13,7 +13,8 @@ import pwd
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_OUTPUT = "slurm-%j.out"
+from spur_hpc import model
+
 SCRIPT_FD = 3  # the job reads its script from this descriptor (a memfd); see Supervisor.spawn
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -110,47 +111,18 @@ def check_launch(job_id: int, attempt: int, script: str, spec: dict[str, Any]) -
     return resolve_identity(spec)
 
 
-def expand_output_path(pattern: str, job_id: int, spec: dict[str, Any], ident: Identity, node: str) -> str:
-    """Slurm's filename patterns: %j/%A job id, %x job name, %u user, %N node, %n node index, %% percent."""
-    values = {
-        "j": str(job_id),
-        "A": str(job_id),
-        "x": spec.get("name") or "batch",
-        "u": ident.user,
-        "N": node,
-        "n": "0",
-        "t": "0",
-        "s": "batch",
-    }
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "%" and i + 1 < len(pattern):
-            key = pattern[i + 1]
-            if key == "%":
-                out.append("%")
-            elif key in values:
-                out.append(values[key])
-            else:
-                out.append(ch + key)  # unknown patterns stay verbatim, as in Slurm
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
 def work_dir(spec: dict[str, Any], ident: Identity) -> str:
     return spec.get("work_dir") or ident.home or "/tmp"
 
 
 def output_paths(job_id: int, spec: dict[str, Any], ident: Identity, node: str) -> tuple[str, str]:
-    """(stdout, stderr) as absolute paths; stderr goes with stdout unless asked otherwise, as in Slurm."""
-    base = work_dir(spec, ident)
-    out = expand_output_path(spec.get("stdout_path") or DEFAULT_OUTPUT, job_id, spec, ident, node)
-    err = expand_output_path(spec.get("stderr_path") or "", job_id, spec, ident, node) or out
-    return os.path.join(base, out), os.path.join(base, err)
+    """(stdout, stderr) as absolute paths; stderr goes with stdout unless asked otherwise, as in Slurm.
+    The patterns are model.output_file's, which scontrol shows too: the path shown is the file written."""
+    base, name = work_dir(spec, ident), spec.get("name") or ""
+    out = model.output_file(spec.get("stdout_path") or "", base, job_id, name, ident.user, node)
+    if not spec.get("stderr_path"):
+        return out, out
+    return out, model.output_file(spec["stderr_path"], base, job_id, name, ident.user, node)
 
 
 def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
@@ -171,7 +143,7 @@ def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
     slurm = {
         "SLURM_JOB_ID": str(job_id),
         "SLURM_JOBID": str(job_id),
-        "SLURM_JOB_NAME": spec.get("name") or "batch",
+        "SLURM_JOB_NAME": spec.get("name") or model.DEFAULT_JOB_NAME,
         "SLURM_JOB_NODELIST": ",".join(nodes),
         "SLURM_NODELIST": ",".join(nodes),
         "SLURM_JOB_NUM_NODES": str(len(nodes)),

@@ -1,0 +1,338 @@
+# -*- coding: utf-8 -*-
+# Copyright: Spur contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Generated from daemons/spur_hpc/model.py by tools/gen_module_utils.py: do not edit; change the source and run the tool.
+"""What every part of Spur shares, each fact once: job and node states, reasons, output-path patterns,
+hostlists and addresses.
+
+The controller, the agents, the CLI and accounting import this module; the Ansible collection gets a
+generated copy (collection/plugins/module_utils/spur_model.py, written by tools/gen_module_utils.py), so
+this file uses the standard library only and must run on Python 3.8.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# ------------------------------------------------------------------ job states (slurm.proto's JobState)
+
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+)
+JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL)
+# A finished job never changes state again (the agent's end reports are these too).
+FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL})
+
+# ------------------------------------------------------------------ node states (slurm.proto's NodeState)
+
+IDLE, MIXED, ALLOCATED, DRAINING, DRAINED, DOWN = "IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN"
+NODE_STATES = (IDLE, MIXED, ALLOCATED, DRAINING, DRAINED, DOWN)
+IN_SERVICE_STATES = (IDLE, MIXED, ALLOCATED)  # the scheduler may place jobs there
+
+# A job's reason when there is none, as Slurm shows it.
+NO_REASON = "None"
+
+
+def per_node_cpus(spec: dict[str, Any]) -> int:
+    """The CPUs a job holds on each of its nodes: its tasks times CPUs per task, shared out, rounded up."""
+    nodes = max(1, spec.get("nodes") or 1)
+    total = max(1, spec.get("tasks") or 1) * max(1, spec.get("cpus_per_task") or 1)
+    return -(-total // nodes)
+
+
+class InvalidValue(ValueError):
+    """A value a user wrote that cannot be read; the message is one line naming it and the fix."""
+
+
+# ------------------------------------------------------------------ numbers
+
+INT64_MAX = 2**63 - 1
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also says yes to '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def bounded_int(text: str, high: int) -> int | None:
+    """ASCII digits with a value of at most high -> the number; anything else -> None. Never converts a
+    string longer than high's digits (int() of thousands of digits is slow, and refused past 4300)."""
+    if not is_number(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(high)):
+        return None
+    value = int(digits)
+    return value if value <= high else None
+
+
+# ------------------------------------------------------------------ output paths (sbatch's filename patterns)
+
+DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_JOB_NAME = "batch"  # a job submitted without a name: SLURM_JOB_NAME and %x
+BATCH_STEP = "batch"
+NO_ARRAY_TASK = 4294967294  # Slurm's NO_VAL: what %a gives for a job that is not part of an array
+_NUMERIC_PATTERNS = "AaJjb"
+_PATTERNS = _NUMERIC_PATTERNS + "Nnstux"
+
+
+def expand_output_pattern(pattern: str, job_id: int, name: str, user: str, node: str) -> str:
+    """sbatch's filename patterns as slurmstepd expands them for a batch job that is not an array:
+    %% a percent sign, %A and %j and %J the job id, %a the array task id, %N the batch host, %n and %t 0,
+    %s the step (batch), %u the user, %x the job name; a number after % zero-pads a numeric one (at most 10);
+    a backslash anywhere turns expansion off (the backslashes are dropped); other %-sequences stay."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+    values = {
+        "A": job_id,
+        "a": NO_ARRAY_TASK,
+        "b": NO_ARRAY_TASK % 10,
+        "J": job_id,
+        "j": job_id,
+        "N": node,
+        "n": "0",
+        "t": "0",
+        "s": BATCH_STEP,
+        "u": user,
+        "x": name or DEFAULT_JOB_NAME,
+    }
+    out: list[str] = []
+    i, end = 0, len(pattern)
+    while i < end:
+        char = pattern[i]
+        i += 1
+        if char != "%":
+            out.append(char)
+            continue
+        if i == end:
+            break  # a lone % at the end is dropped, as Slurm does
+        if pattern[i] == "%":
+            out.append("%")
+            i += 1
+            continue
+        digits_end = i
+        while digits_end < end and pattern[digits_end].isascii() and pattern[digits_end].isdigit():
+            digits_end += 1
+        key = pattern[digits_end] if digits_end < end else ""
+        known = key != "" and key in _PATTERNS
+        if digits_end > i and not known:
+            out.append(pattern[digits_end - 1])  # Slurm keeps only the last digit of %<digits><other>
+            i = digits_end
+            continue
+        if not known:
+            out.append("%" + key)
+            i = digits_end + 1
+            continue
+        width = bounded_int(pattern[i:digits_end], 10) if digits_end > i else 0
+        width = 10 if width is None else width  # Slurm pads to at most 10 digits
+        value = values[key]
+        out.append(str(value).zfill(width) if key in _NUMERIC_PATTERNS else str(value))
+        i = digits_end + 1
+    return "".join(out)
+
+
+def output_file(pattern: str, work_dir: str, job_id: int, name: str, user: str, node: str) -> str:
+    """Where a job's output goes: the expanded pattern (DEFAULT_OUTPUT when empty), under work_dir when relative."""
+    path = expand_output_pattern(pattern or DEFAULT_OUTPUT, job_id, name, user, node)
+    return posixpath.join(work_dir, path) if work_dir else path
+
+
+# ------------------------------------------------------------------ hostlists: node[1-3,7],gpu01 <-> names
+
+MAX_HOSTLIST_NAMES = 65536  # more nodes than any cluster has; pn[1-99999999] would build 100 million names first
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    """'node012' -> ('node', '012'); a name without a numeric suffix -> (name, '')."""
+    end = len(name)
+    start = end
+    while start > 0 and name[start - 1] in "0123456789":  # not isdigit(): int() refuses '²'
+        start -= 1
+    return name[:start], name[start:end]
+
+
+def compress_hostlist(names: list[str]) -> str:
+    """['n1', 'n2', 'n3', 'n5', 'gpu'] -> 'gpu,n[1-3,5]' (sorted, zero padding kept)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in sorted(set(names)):
+        prefix, digits = _split_name(name)
+        if not digits:
+            plain.append(name)
+            continue
+        width = len(digits) if digits.startswith("0") else 0
+        groups.setdefault((prefix, width), []).append(int(digits))
+    parts: list[tuple[str, str]] = [(name, name) for name in plain]
+    for (prefix, width), numbers in groups.items():
+        numbers.sort()
+        ranges: list[str] = []
+        first = previous = numbers[0]
+        for number in numbers[1:] + [None]:  # type: ignore[list-item]
+            if number is not None and number == previous + 1:
+                previous = number
+                continue
+            low, high = f"{first:0{width}d}", f"{previous:0{width}d}"
+            ranges.append(low if first == previous else f"{low}-{high}")
+            if number is not None:
+                first = previous = number
+        if len(numbers) == 1:
+            text = f"{prefix}{ranges[0]}"
+        else:
+            text = f"{prefix}[{','.join(ranges)}]"
+        parts.append((f"{prefix}{numbers[0]:0{width}d}", text))
+    return ",".join(text for _key, text in sorted(parts, key=lambda p: _natural_key(p[0])))
+
+
+def _natural_key(name: str) -> tuple[str, int]:
+    prefix, digits = _split_name(name)
+    return prefix, int(digits) if digits else -1
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """'n[1-3,5],gpu01' -> ['n1', 'n2', 'n3', 'n5', 'gpu01']; a malformed expression raises InvalidValue."""
+    names: list[str] = []
+    depth = 0
+    current = ""
+    for char in expression.strip():
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                break
+        if char == "," and depth == 0:
+            names.extend(_expand_one(current, expression, len(names)))
+            current = ""
+        else:
+            current += char
+    if depth != 0:
+        raise InvalidValue(f"bad hostlist '{expression}': unbalanced brackets; write names like node[1-3],gpu01")
+    names.extend(_expand_one(current, expression, len(names)))
+    return names
+
+
+def _expand_one(part: str, expression: str, before: int) -> list[str]:
+    """One name or prefix[ranges]suffix; before: how many names the expression gave already (for the cap)."""
+    part = part.strip()
+    if not part:
+        return []
+    if "[" not in part:
+        _check_count(before + 1, expression)
+        return [part]
+    prefix, _, rest = part.partition("[")
+    body, _, suffix = rest.partition("]")
+    if "[" in suffix or "]" in suffix:
+        raise InvalidValue(f"bad hostlist '{expression}': one bracket group per name is supported")
+    out = []
+    for item in body.split(","):
+        low, dash, high = item.partition("-")
+        start, stop = bounded_int(low, INT64_MAX), bounded_int(high if dash else low, INT64_MAX)
+        if start is None or stop is None:
+            raise InvalidValue(f"bad hostlist '{expression}': '{item}' is not a number or a range like 1-4")
+        width = len(low) if low.startswith("0") and len(low) > 1 else 0
+        if stop < start:
+            raise InvalidValue(f"bad hostlist '{expression}': range {item} runs backwards")
+        _check_count(before + len(out) + stop - start + 1, expression)
+        out.extend(f"{prefix}{number:0{width}d}{suffix}" for number in range(start, stop + 1))
+    return out
+
+
+def _check_count(count: int, expression: str) -> None:
+    if count > MAX_HOSTLIST_NAMES:
+        raise InvalidValue(
+            f"bad hostlist '{expression}': it names more than {MAX_HOSTLIST_NAMES} nodes, the limit; name fewer"
+        )
+
+
+# ------------------------------------------------------------------ addresses: host:port, [v6]:port, host
+
+
+def split_host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """'host:port', '[v6]:port' or 'host' (with default_port) -> (host, port); ValueError with the reason."""
+    text = value.strip()
+    if text.startswith("http://"):
+        text = text[len("http://") :]
+    text = text.rstrip("/")
+    if not text:
+        raise ValueError("empty address")
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError("unclosed '[' in IPv6 address")
+        host, rest = text[1:end], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError("expected ':port' after ']'")
+        port_text = rest[1:] if rest else ""
+        if host and ":" not in host:
+            raise ValueError("brackets are for IPv6 addresses only")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError("IPv6 addresses need brackets, like [::1]:6817")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise ValueError("missing host")
+    if not port_text:
+        if default_port is None:
+            raise ValueError("missing ':port'")
+        port_text = str(default_port)
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5) or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port {port_text[:10]!r} is not a number from 1 to 65535")
+    _check_host(host)
+    return host, int(port_text)
+
+
+def _check_host(host: str) -> None:
+    import ipaddress  # here: the CLI imports this module on every command and rarely parses an address
+
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    # ASCII host names only (RFC 1123): anything else would reach the resolver as IDNA and fail there.
+    for label in host.split("."):
+        if not label or len(label) > 63 or not all(c.isascii() and (c.isalnum() or c == "-") for c in label) or (
+            label[0] == "-"
+        ):
+            raise ValueError(f"{host!r} is neither an IP address nor a host name")
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def normalize_addr(value: str, default_port: int | None = None) -> str:
+    """The canonical 'host:port' ('[v6]:port') of an address; ValueError with the reason."""
+    return join_host_port(*split_host_port(value, default_port))
+
+
+def with_port(address: str, port: int) -> str:
+    """host -> host:port for an address a peer or a user handed over; one that does not parse is returned
+    as given, so the connection attempt names it instead of this step."""
+    try:
+        return normalize_addr(address, port)
+    except ValueError:
+        return address.strip()
+
+
+def address_host(address: str) -> str:
+    """The host of 'host:port', '[v6]:port' or 'http://host:port/...' (no port, no brackets)."""
+    text = address.strip()
+    if "://" in text:
+        text = text.partition("://")[2]
+    text = text.split("/", 1)[0]
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
