@@ -2,7 +2,7 @@
 
 spurctld, spurd and spurstepd subclass Daemon and fill in start() / stop(); their console-script
 main() is one line. SIGTERM and SIGINT ask for a clean stop once (a second one exits at once),
-SIGHUP calls reload().
+SIGHUP calls reload(). The exit status says how it ended: one of the EXIT_* codes below.
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ import threading
 from spur_hpc import buildinfo, sdnotify
 from spur_hpc.conf import ConfigError, startup_warnings
 
+# What a daemon's exit status says (docs/reliability.md "Exit statuses" is this table for operators).
+EXIT_OK = 0  # stopped cleanly: SIGTERM or SIGINT handled and everything shut down (or --version)
+EXIT_CRASH = 1  # an unexpected error (its traceback is in the log), or a second SIGTERM/SIGINT cut the stop short
+# Refused to start, or stopped by a refusal that retrying cannot fix: a bad command line or configuration, a
+# state_dir or port it cannot use, a registration the controller refused. One line says what to fix.
+EXIT_REFUSED = 2
+EXIT_FATAL = 3  # a fault while serving that the daemon cannot recover from (spurctld: its Raft core stopped)
+
 
 class StartupError(Exception):
     """A daemon refuses to start: the message says why and what to do (one line)."""
@@ -29,7 +37,7 @@ class Daemon:
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
-        self.exit_code = 0
+        self.exit_code = EXIT_OK
         self.log = logging.getLogger(self.program)
         self._term_count = 0
         self.notifier = sdnotify.Notifier(None)
@@ -56,7 +64,8 @@ class Daemon:
             self.notifier.watchdog()
 
     # -- the run loop ------------------------------------------------------------------------
-    def request_stop(self, code: int = 0) -> None:
+    def request_stop(self, code: int = EXIT_OK) -> None:
+        """Stop from any thread; a non-zero code (the first one given) becomes the exit status."""
         if code and not self.exit_code:
             self.exit_code = code
         self.stopping.set()
@@ -65,7 +74,7 @@ class Daemon:
         self._term_count += 1
         if self._term_count > 1:
             self.log.warning("second %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
+            os._exit(EXIT_CRASH)
         self.log.info("%s: shutting down", signal.Signals(signum).name)
         self.stopping.set()
 
@@ -81,7 +90,7 @@ class Daemon:
         self.notifier = sdnotify.Notifier.from_environment()
         if args.version:
             print(buildinfo.describe(self.program))
-            return 0
+            return EXIT_OK
         logging.basicConfig(
             level=(args.log_level or "INFO").upper(),
             format=f"%(asctime)s {self.program}[%(process)d] %(levelname)s %(name)s: %(message)s",
@@ -97,15 +106,22 @@ class Daemon:
         except (ConfigError, StartupError) as exc:
             print(f"{self.program}: error: {exc}", file=sys.stderr)
             self._safe_stop()
-            return 2
+            return EXIT_REFUSED
+        except Exception:
+            self.log.exception("unexpected error while starting (exit status %d)", EXIT_CRASH)
+            self._safe_stop()
+            return EXIT_CRASH
         self.log.info("%s started", buildinfo.describe(self.program))
         self.notifier.ready()  # start() returns once the daemon serves: systemctl start may return now
         try:
             self.wait()
+        except Exception:
+            self.log.exception("unexpected error while serving")
+            self.request_stop(EXIT_CRASH)
         finally:
             self.notifier.stopping()
             self._safe_stop()
-        self.log.info("stopped")
+        self.log.info(f"stopped (exit status {self.exit_code})" if self.exit_code else "stopped")
         return self.exit_code
 
     def _log_config_risks(self) -> None:
@@ -120,6 +136,7 @@ class Daemon:
             self.stop()
         except Exception:
             self.log.exception("error while stopping")
+            self.request_stop(EXIT_CRASH)  # not a clean stop: the exit status says so
 
 
 def set_log_level(level: str) -> None:

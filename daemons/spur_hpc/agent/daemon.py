@@ -24,7 +24,7 @@ from spur_hpc import auth, buildinfo, conf, grpcutil
 from spur_hpc.agent.controller_client import ControllerClient, ControllerUnavailable
 from spur_hpc.agent.servicer import AgentServicer, running_pb
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
-from spur_hpc.daemon import Daemon, StartupError, set_log_level
+from spur_hpc.daemon import EXIT_REFUSED, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer, json_response, text_response
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.stepd.session import SessionError
@@ -208,12 +208,12 @@ class AgentDaemon(Daemon):
         return True
 
     def _register_or_stop(self, deadline: float) -> None:
-        """A registration after start-up: a refusal that retrying cannot fix stops spurd (exit status 2)."""
+        """A registration after start-up: a refusal that retrying cannot fix stops spurd (EXIT_REFUSED)."""
         try:
             self._register(deadline)
         except StartupError as exc:
             self.log.error("%s", exc)
-            self.request_stop(2)
+            self.request_stop(EXIT_REFUSED)
 
     def _handle_stale(self, stale: Any) -> None:
         if stale and self.table is not None:

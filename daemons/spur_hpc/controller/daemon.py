@@ -31,7 +31,7 @@ from spur_hpc.controller.metrics import ControllerCollector
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.status import MemberStatus
-from spur_hpc.daemon import Daemon, StartupError, set_log_level
+from spur_hpc.daemon import EXIT_FATAL, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer
 from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2_grpc
 
@@ -290,6 +290,15 @@ class ControllerDaemon(MemberStatus, Daemon):
         while not self.stopping.is_set():
             self.identity_changed.wait(0.2)
             self.identity_changed.clear()
+            if not self.raft_alive() and not self.stopping.is_set():
+                # Without its tick thread this member neither votes, replicates nor applies: a process
+                # that stays up only looks healthy to its supervisor, so exit and let it restart us.
+                log.critical(
+                    "the Raft core stopped (its tick thread died): exiting with status %d so the service restarts",
+                    EXIT_FATAL,
+                )
+                self.request_stop(EXIT_FATAL)
+                return
             try:
                 self._watch_once()
             except Exception:

@@ -171,12 +171,17 @@ class MemberStatus:
 
     # ---------------------------------------------------------------- HTTP probes
 
-    def _livez(self):
-        alive = (
-            self.raft is None
+    def raft_alive(self) -> bool:
+        """False once the Raft tick thread died (not when it was stopped on purpose for a stall)."""
+        raft = self.raft
+        return (
+            raft is None
             or self.raft_stopped_for_stall
-            or (self.raft._tick_thread is not None and self.raft._tick_thread.is_alive())
+            or (raft._tick_thread is not None and raft._tick_thread.is_alive())
         )
+
+    def _livez(self):
+        alive = self.raft_alive()
         return text_response(200 if alive else 503, "alive" if alive else "raft tick thread died")
 
     def _readyz(self):
