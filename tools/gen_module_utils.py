@@ -21,6 +21,7 @@ OLDEST_PYTHON = (3, 8)
 
 COPIES: list[tuple[str, str]] = [
     ("daemons/spur_hpc/model.py", f"{MODULE_UTILS}/spur_model.py"),
+    ("daemons/spur_hpc/wire/failover.py", f"{MODULE_UTILS}/spur_failover.py"),
 ]
 
 HEADER = """\

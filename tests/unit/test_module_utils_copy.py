@@ -31,7 +31,7 @@ def test_check_exits_1_and_names_the_copy_that_drifted(tmp_path: Path, monkeypat
     gen = _generator()
     source, target = gen.COPIES[0]
     fake_root = tmp_path
-    for path in (source, target):
+    for path in (path for row in gen.COPIES for path in row):  # every row, so that only the edited one drifts
         (fake_root / path).parent.mkdir(parents=True, exist_ok=True)
         (fake_root / path).write_text((ROOT / path).read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setattr(gen, "ROOT", fake_root)

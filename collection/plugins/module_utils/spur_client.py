@@ -20,6 +20,12 @@ import uuid
 from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import Request, make_context
+from ansible_collections.spur.cluster.plugins.module_utils.spur_failover import (
+    RETRY_CODES,
+    WRITE_PATIENCE_SECS,
+    Failover,
+    leader_hint,
+)
 
 try:
     import grpc
@@ -41,10 +47,6 @@ PROBE_PORT = 6822
 AGENT_PROBE_PORT = 6823
 GRPC_PORT = 6817
 RAFT_PORT = 6821
-# A write may land in the middle of an election (about a second); retry it for this long at most.
-WRITE_PATIENCE_SECS = 15.0
-RETRY_PAUSE_SECS = 0.25
-LEADER_METADATA_KEY = "spur-leader"
 # Drains and DOWNs set by this collection start with this, so a resume can tell ours from an operator's.
 DEFAULT_REASON_PREFIX = "spur-ansible: "
 
@@ -396,9 +398,6 @@ def require_grpc() -> None:
         )
 
 
-_RETRY_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-
-
 class ControllerRpc:
     """Calls SlurmController methods, trying each controller; follows the leader hint of a refusal.
 
@@ -438,42 +437,30 @@ class ControllerRpc:
         return slurm_pb2_grpc.SlurmControllerStub(self.channels[address])
 
     def call(self, method: str, request, write: bool = False, patience: float | None = None):
-        deadline = time.monotonic() + (patience if patience is not None else (WRITE_PATIENCE_SECS if write else 0))
-        failures: dict = {}
-        while True:
-            queue = list(self.addresses)
-            tried = set()
-            while queue:
-                address = queue.pop(0)
-                if address in tried:
-                    continue
-                tried.add(address)
-                try:
-                    return getattr(self._stub(address), method)(request, timeout=self.timeout,
-                                                                metadata=self.credential())
-                except grpc.RpcError as exc:
-                    code = exc.code().name if exc.code() is not None else "UNKNOWN"
-                    details = exc.details() or code
-                    if code not in _RETRY_CODES:
-                        raise rpc_error(method, address, code, details) from None
-                    failures[address] = details
-                    hint = _leader_hint(exc)
-                    if hint and with_port(hint, GRPC_PORT) not in tried:
-                        queue.insert(0, with_port(hint, GRPC_PORT))
-            if time.monotonic() + RETRY_PAUSE_SECS >= deadline:
-                summary = "; ".join("%s: %s" % item for item in failures.items())
-                raise SpurUnreachable("no controller could answer %s (%s)" % (method, summary))
-            time.sleep(RETRY_PAUSE_SECS)
+        """A read takes one round over the addresses unless patience says otherwise; a write waits for elections."""
+        if patience is None:
+            patience = WRITE_PATIENCE_SECS if write else 0
+        policy = Failover(self.addresses, time.monotonic() + patience, write=True)
+        for address in policy:
+            try:
+                return getattr(self._stub(address), method)(request, timeout=self.timeout,
+                                                            metadata=self.credential())
+            except grpc.RpcError as exc:
+                code = exc.code().name if exc.code() is not None else "UNKNOWN"
+                details = exc.details() or code
+                if code not in RETRY_CODES:
+                    raise rpc_error(method, address, code, details) from None
+                hint = _leader_hint(exc)
+                policy.failed(address, details, hint=with_port(hint, GRPC_PORT) if hint else None)
+        raise SpurUnreachable("no controller could answer %s (%s)" % (method, policy.summary()))
 
 
 def _leader_hint(exc) -> str | None:
     try:
-        for key, value in exc.trailing_metadata() or ():
-            if key == LEADER_METADATA_KEY and value:
-                return value
-    except Exception:  # metadata is a hint; a call without it simply tries the next address
+        metadata = exc.trailing_metadata()
+    except Exception:  # an error that is not a call's has no metadata; the next address is tried
         return None
-    return None
+    return leader_hint(metadata)
 
 
 def rpc_error(method: str, address: str, code: str, details: str) -> SpurError:
