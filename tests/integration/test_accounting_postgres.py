@@ -173,9 +173,9 @@ def test_a_failed_migration_is_rolled_back_whole(pg_database: Database) -> None:
 def test_recording_the_same_state_twice_changes_nothing(pg_database: Database) -> None:
     writer = writer_for(pg_database)
     jobs = [job(1, "COMPLETED", 1), job(2, "RUNNING", 1), job(3)]
-    assert writer.sync(jobs) == 3
+    assert writer.reconcile(jobs) == 3
     before = stored(pg_database)
-    assert writer.sync(jobs) == 0
+    assert writer.reconcile(jobs) == 0
     # A writer without memory (a new leader) reads back what is stored and writes nothing either.
     assert writer_for(pg_database).reconcile(jobs) == 0
     assert stored(pg_database) == before  # same updated_at and the same tuple (xmin): not even rewritten

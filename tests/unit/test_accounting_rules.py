@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -212,23 +213,52 @@ def test_writer_during_an_outage_reports_backlog_and_fails_fast(caplog) -> None:
     assert health["connected"] is False and health["backlog"] == 5 and health["written_total"] == 0
     assert "cannot connect" in health["last_error"]
     assert writer.recorded_job_ids_before(jobs, before=2e9) == set()
-    with pytest.raises(AccountingUnavailable):
-        writer.sync(jobs)
+    assert writer.reconcile(jobs) == 0 and writer.health()["backlog"] == 5  # still nothing lost, still no raise
     assert SECRET not in caplog.text and SECRET not in health["last_error"]
+
+
+class HangUpListener:
+    """A TCP port on 127.0.0.1 that accepts every connection and closes it at once, counting them: a
+    database that is down, seen by the writer, where each dial can be counted."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def test_retry_gate_keeps_a_dead_database_from_being_dialled_every_tick() -> None:
     now = [100.0]
-    writer = AccountingWriter(
-        f"postgresql://spur@127.0.0.1:{closed_port()}/spur", SECRET, "cid", retry_interval_secs=30, clock=lambda: now[0]
-    )
-    writer.reconcile([job(1)])
-    first_error = writer.health()["last_error"]
-    now[0] += 1
-    with pytest.raises(AccountingUnavailable) as info:
-        writer.sync([job(1)])
-    assert str(info.value) == first_error  # answered from memory, no new connection attempt
-
+    down = HangUpListener()
+    try:
+        writer = AccountingWriter(
+            f"postgresql://spur@127.0.0.1:{down.port}/spur", SECRET, "cid", retry_interval_secs=30, clock=lambda: now[0]
+        )
+        writer.reconcile([job(1)])
+        dialled, first_error = down.accepted, writer.health()["last_error"]
+        assert dialled > 0 and first_error
+        now[0] += 1
+        assert writer.reconcile([job(1)]) == 0
+        # answered from memory: no new connection, the same error
+        assert down.accepted == dialled and writer.health()["last_error"] == first_error
+        now[0] += 30
+        writer.reconcile([job(1)])
+        assert down.accepted > dialled  # the gate opened again
+    finally:
+        down.close()
 
 # ---------------------------------------------------------------------- schema errors
 

@@ -143,17 +143,9 @@ class AccountingWriter:
                 raise
             return True
 
-    def sync(self, jobs: Iterable[Mapping[str, Any]]) -> int:
-        """Write every given job whose stored version is behind; return how many rows changed.
-
-        Raises AccountingUnavailable (database down: nothing lost, call again later),
-        SchemaTooNewError or MigrationError.
-        """
-        with self._io:
-            return self._sync(self._latest_by_id(jobs))
-
     def reconcile(self, jobs: Iterable[Mapping[str, Any]]) -> int:
-        """sync() for the periodic leader loop, given the FULL replicated job table; never raises.
+        """Write every job whose stored version is behind; return how many rows changed. Given the FULL
+        replicated job table by the periodic leader loop; never raises (an outage is in health()).
 
         Pass a consistent copy (or call it on the thread that owns the state): the dicts are read once,
         before any database I/O. Jobs missing from the table (purged) are forgotten here.
