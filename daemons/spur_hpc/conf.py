@@ -18,11 +18,9 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from spur_hpc.auth import DEFAULT_MUNGE_SOCKET
+from spur_hpc.model import AGENT_GRPC_PORT, CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr, split_host_port
 
 DEFAULT_CONF_PATH = "/etc/spur/spur.conf"
-CONTROLLER_GRPC_PORT = 6817
-AGENT_GRPC_PORT = 6818
-RAFT_PORT = 6821
 
 HOUR = 3600
 YEAR = 365 * 86_400
@@ -413,62 +411,7 @@ Config = make_dataclass(
 Config.__module__ = __name__
 
 
-# ------------------------------------------------------------------ addresses
-
-
-def split_host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
-    """'host:port', '[v6]:port' or 'host' (with default_port) -> (host, port); ValueError with the reason."""
-    text = value.strip()
-    if text.startswith("http://"):
-        text = text[len("http://") :]
-    text = text.rstrip("/")
-    if not text:
-        raise ValueError("empty address")
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError("unclosed '[' in IPv6 address")
-        host, rest = text[1:end], text[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise ValueError("expected ':port' after ']'")
-        port_text = rest[1:] if rest else ""
-        if host and ":" not in host:
-            raise ValueError("brackets are for IPv6 addresses only")
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif ":" in text:
-        raise ValueError("IPv6 addresses need brackets, like [::1]:6817")
-    else:
-        host, port_text = text, ""
-    if not host:
-        raise ValueError("missing host")
-    if not port_text:
-        if default_port is None:
-            raise ValueError("missing ':port'")
-        port_text = str(default_port)
-    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5) or not 0 < int(port_text) < 65536:
-        raise ValueError(f"port {port_text[:10]!r} is not a number from 1 to 65535")
-    _check_host(host)
-    return host, int(port_text)
-
-
-def _check_host(host: str) -> None:
-    try:
-        ipaddress.ip_address(host)
-        return
-    except ValueError:
-        pass
-    # ASCII host names only (RFC 1123): anything else would reach the resolver as IDNA and fail there.
-    for label in host.split("."):
-        if not label or len(label) > 63 or not all(c.isascii() and (c.isalnum() or c == "-") for c in label) or (
-            label[0] == "-"
-        ):
-            raise ValueError(f"{host!r} is neither an IP address nor a host name")
-
-
-def normalize_addr(value: str, default_port: int | None = None) -> str:
-    host, port = split_host_port(value, default_port)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+# ------------------------------------------------------------------ addresses (parsed by spur_hpc.model)
 
 
 def is_loopback(host: str) -> bool:

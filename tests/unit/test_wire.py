@@ -116,7 +116,6 @@ def test_json_view_names_enums_and_keeps_every_field() -> None:
 
 def test_constants_shared_with_modules_the_cli_may_not_import() -> None:
     assert controller.DEFAULT_CONF_PATH == conf.DEFAULT_CONF_PATH
-    assert controller.CONTROLLER_PORT == conf.CONTROLLER_GRPC_PORT
 
 
 # ---------------------------------------------------------------- HPACK (RFC 7541 Appendix C)

@@ -20,6 +20,7 @@ import uuid
 from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import Request, make_context
+from ansible_collections.spur.cluster.plugins.module_utils.spur_model import CONTROLLER_GRPC_PORT, CONTROLLER_PROBE_PORT, address_host, with_port
 from ansible_collections.spur.cluster.plugins.module_utils.spur_failover import (
     RETRY_CODES,
     WRITE_PATIENCE_SECS,
@@ -43,10 +44,6 @@ try:
 except ImportError:
     spur_auth = None  # a release from before authentication: its controllers ask for no credential
 
-PROBE_PORT = 6822
-AGENT_PROBE_PORT = 6823
-GRPC_PORT = 6817
-RAFT_PORT = 6821
 # Drains and DOWNs set by this collection start with this, so a resume can tell ours from an operator's.
 DEFAULT_REASON_PREFIX = "spur-ansible: "
 
@@ -109,7 +106,7 @@ class SpurTimeout(SpurError):
 def connection_argument_spec() -> dict:
     """The connection options every module accepts (documented once in the spur.cluster.connection fragment)."""
     return dict(
-        controllers=dict(type="list", elements="str", default=["http://127.0.0.1:%d" % PROBE_PORT]),
+        controllers=dict(type="list", elements="str", default=["http://127.0.0.1:%d" % CONTROLLER_PROBE_PORT]),
         controller_names=dict(type="list", elements="str"),
         grpc_hosts=dict(type="list", elements="str"),
         timeout=dict(type="float", default=5.0),
@@ -118,15 +115,7 @@ def connection_argument_spec() -> dict:
     )
 
 
-def with_port(address: str, port: int) -> str:
-    """host -> host:port; host:port and [v6]:port unchanged."""
-    text = address.strip()
-    if text.startswith("["):
-        return text if "]:" in text else "%s:%d" % (text, port)
-    return text if text.count(":") == 1 else "%s:%d" % (text, port)
-
-
-def probe_url(address: str, port: int = PROBE_PORT) -> str:
+def probe_url(address: str, port: int = CONTROLLER_PROBE_PORT) -> str:
     """A probe endpoint as a base URL: 'http://h:p', 'h:p' and 'h' are accepted (port defaults to port)."""
     text = address.strip().rstrip("/")
     if not text:
@@ -140,14 +129,6 @@ def probe_url(address: str, port: int = PROBE_PORT) -> str:
         host = rest.split("/", 1)[0]
         return "%s://%s" % (scheme, with_port(host, port))
     return "http://%s" % with_port(text, port)
-
-
-def url_host(url: str) -> str:
-    """The host part of a probe URL (no port, no brackets)."""
-    hostport = url.partition("://")[2].split("/", 1)[0]
-    if hostport.startswith("["):
-        return hostport[1:].split("]", 1)[0]
-    return hostport.rsplit(":", 1)[0]
 
 
 def controller_endpoints(params: dict) -> list[tuple[str, str]]:
@@ -259,7 +240,7 @@ def reachable_grpc_addr(address: str | None, via_url: str) -> str | None:
         return None
     host, _sep, port = address.rpartition(":")
     if host in ("0.0.0.0", "::", "[::]", ""):
-        probe_host = url_host(via_url)
+        probe_host = address_host(via_url)
         if ":" in probe_host:
             probe_host = "[%s]" % probe_host
         return "%s:%s" % (probe_host, port)
@@ -411,7 +392,7 @@ class ControllerRpc:
         if not addresses:
             raise SpurUnreachable("no controller gRPC address is known: no probe answered with one and "
                                   "grpc_hosts is empty", override="grpc_hosts")
-        self.addresses = list(dict.fromkeys(with_port(a, GRPC_PORT) for a in addresses))
+        self.addresses = list(dict.fromkeys(with_port(a, CONTROLLER_GRPC_PORT) for a in addresses))
         self.timeout = timeout
         self.auth_type = None if auth_type == "auto" else auth_type
         self.munge_socket = munge_socket
@@ -451,7 +432,7 @@ class ControllerRpc:
                 if code not in RETRY_CODES:
                     raise rpc_error(method, address, code, details) from None
                 hint = _leader_hint(exc)
-                policy.failed(address, details, hint=with_port(hint, GRPC_PORT) if hint else None)
+                policy.failed(address, details, hint=with_port(hint, CONTROLLER_GRPC_PORT) if hint else None)
         raise SpurUnreachable("no controller could answer %s (%s)" % (method, policy.summary()))
 
 
@@ -480,7 +461,7 @@ def rpc_error(method: str, address: str, code: str, details: str) -> SpurError:
 
 def grpc_addresses(params: dict, view: ClusterView | None) -> list[str]:
     """grpc_hosts when given, else the gRPC addresses the probes reported; the leader first either way."""
-    explicit = [with_port(a, GRPC_PORT) for a in params.get("grpc_hosts") or []]
+    explicit = [with_port(a, CONTROLLER_GRPC_PORT) for a in params.get("grpc_hosts") or []]
     leader_first = []
     if view is not None:
         if view.leader and view.leader.get("grpc_addr"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    AGENT_PROBE_PORT,
     ClusterView,
     SpurConnection,
     SpurError,
@@ -17,6 +16,7 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
     probe_agent,
     probe_url,
 )
+from ansible_collections.spur.cluster.plugins.module_utils.spur_model import AGENT_PROBE_PORT
 from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import HealthTracker
 
 PUBLIC_CONTROLLER_KEYS = (

@@ -256,6 +256,12 @@ def _check_count(count: int, expression: str) -> None:
 
 # ------------------------------------------------------------------ addresses: host:port, [v6]:port, host
 
+CONTROLLER_GRPC_PORT = 6817  # spurctld: SlurmController and RaftInternal
+AGENT_GRPC_PORT = 6818  # spurd: SlurmAgent
+RAFT_PORT = 6821  # spurctld <-> spurctld (pysyncobj)
+CONTROLLER_PROBE_PORT = 6822  # spurctld's HTTP probes
+AGENT_PROBE_PORT = 6823  # spurd's HTTP probes
+
 
 def split_host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
     """'host:port', '[v6]:port' or 'host' (with default_port) -> (host, port); ValueError with the reason."""

@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    AGENT_PROBE_PORT,
-    RAFT_PORT,
     SpurConnection,
     SpurError,
     SpurInvalid,
@@ -15,9 +13,9 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
     SpurUnreachable,
     probe_agent,
     probe_url,
-    with_port,
 )
 from ansible_collections.spur.cluster.plugins.module_utils.spur_info import summarize
+from ansible_collections.spur.cluster.plugins.module_utils.spur_model import AGENT_PROBE_PORT, RAFT_PORT, with_port
 from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import (
     highest_common_wal_level,
     plan_agents,

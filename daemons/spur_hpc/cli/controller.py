@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-from spur_hpc import auth
+from spur_hpc import auth, model
 from spur_hpc.cli.runner import CliError
 from spur_hpc.wire import failover, grpcwire, protocodec
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-CONTROLLER_PORT = 6817
 DEFAULT_CONF_PATH = "/etc/spur/spur.conf"  # spur_hpc.conf.DEFAULT_CONF_PATH (a unit test keeps them equal)
 SERVICE = "SlurmController"
 READ_PATIENCE_SECS = 3.0
@@ -32,12 +31,7 @@ RETRY_PAUSE_SECS = failover.PAUSE_SECS  # read at every call, so that a test can
 
 
 def _with_port(address: str) -> str:
-    text = address.strip()
-    if text.startswith("http://"):
-        text = text[len("http://") :]
-    text = text.rstrip("/")
-    has_port = text.rpartition("]")[2].count(":") == 1 if text.startswith("[") else text.count(":") == 1
-    return text if has_port else f"{text}:{CONTROLLER_PORT}"
+    return model.with_port(address, model.CONTROLLER_GRPC_PORT)
 
 
 def _strip_comment(line: str) -> str:

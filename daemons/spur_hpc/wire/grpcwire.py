@@ -13,6 +13,7 @@ import _socket  # the C module: `socket` pulls in enum and selectors, ~4 ms the 
 import struct
 import time
 
+from spur_hpc import model
 from spur_hpc.wire import failover, hpack
 
 STATUS_NAMES = (
@@ -62,19 +63,11 @@ class RpcError(Exception):
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """'host:port', '[v6]:port' or 'http://host:port' -> (host, port)."""
-    text = address.strip()
-    if text.startswith("http://"):
-        text = text[len("http://") :]
-    text = text.rstrip("/")
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_text = text.rpartition(":")
-    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"bad controller address {address!r}: write host:port, like 127.0.1.1:6817")
-    return host, int(port_text)
+    """'host:port', '[v6]:port' or 'http://host:port' -> (host, port), as model.split_host_port reads them."""
+    try:
+        return model.split_host_port(address)
+    except ValueError as exc:
+        raise ValueError(f"bad controller address {address!r} ({exc}): write host:port, like 127.0.1.1:6817") from None
 
 
 def _percent_decode(text: str) -> str:
