@@ -33,7 +33,7 @@ class StartupError(Exception):
 class Daemon:
     program = "spur"
     description = ""
-    conf_role: str | None = None
+    conf_role: str | None = None  # the role conf.load() checks the file for and startup warnings are about
 
     def __init__(self) -> None:
         self.stopping = threading.Event()

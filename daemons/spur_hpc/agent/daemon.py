@@ -81,7 +81,7 @@ class AgentDaemon(Daemon):
     # -------------------------------------------------------------- configuration
 
     def configure(self, args: argparse.Namespace) -> None:
-        self.conf = conf.load(args.conf, role="agent")
+        self.conf = conf.load(args.conf, role=self.conf_role)
         if args.log_level:
             self.log_level = args.log_level.lower()
         else:

@@ -96,7 +96,7 @@ class ControllerDaemon(MemberStatus, Daemon):
     # ---------------------------------------------------------------- configuration
 
     def configure(self, args: argparse.Namespace) -> None:
-        self.conf = load(args.conf, role="controller")
+        self.conf = load(args.conf, role=self.conf_role)
         if not args.log_level:
             set_log_level(self.conf.log.level)
         c = self.conf.controller
