@@ -4,25 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from spur_hpc import model
 from spur_hpc.proto import slurm_pb2
 
-JOB_SPEC_FIELDS = (
-    "name",
-    "script",
-    "user",
-    "uid",
-    "gid",
-    "work_dir",
-    "stdout_path",
-    "stderr_path",
-    "nodes",
-    "tasks",
-    "cpus_per_task",
-    "memory_mb",
-    "time_limit_secs",
-    "partition",
-    "account",
-)
+JOB_SPEC_FIELDS = tuple(f for f in model.JOB_SPEC_FIELDS if f != "environment")  # the scalars; the map apart
 
 
 def spec_from_pb(spec: slurm_pb2.JobSpec) -> dict[str, Any]:

@@ -50,6 +50,28 @@ def per_node_cpus(spec: dict[str, Any]) -> int:
     return -(-total // nodes)
 
 
+# A job's spec as every part stores it (slurm.proto's JobSpec as a plain dict): field -> Python type. The
+# order is the replicated record's (protoconv builds it in this order).
+JOB_SPEC_FIELDS = {
+    "name": str,
+    "script": str,
+    "user": str,
+    "uid": int,
+    "gid": int,
+    "work_dir": str,
+    "stdout_path": str,
+    "stderr_path": str,
+    "nodes": int,
+    "tasks": int,
+    "cpus_per_task": int,
+    "memory_mb": int,
+    "time_limit_secs": int,
+    "partition": str,
+    "account": str,
+    "environment": dict,
+}
+
+
 class InvalidValue(ValueError):
     """A value a user wrote that cannot be read; the message is one line naming it and the fix."""
 

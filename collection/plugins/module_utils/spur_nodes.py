@@ -16,11 +16,11 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
     SpurTimeout,
     SpurUnreachable,
 )
+from ansible_collections.spur.cluster.plugins.module_utils.spur_model import IN_SERVICE_STATES
 
 POLL_SECS = 0.5
 # A wait outlives a short loss of the controllers (a network blip, an election); longer than this, it fails.
 UNREACHABLE_GRACE_SECS = 30.0
-IN_SERVICE_STATES = ("IDLE", "MIXED", "ALLOCATED")
 
 
 def admin_down(node: dict) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from spur_hpc import model
 from spur_hpc.cli import commandline, jobview
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
@@ -72,7 +73,7 @@ def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str
     if states:
         server_states = sorted({"RUNNING" if s == "COMPLETING" else s for s in states})
         request["states"] = server_states
-        request["include_finished"] = any(s in jobview.FINISHED_STATES for s in states)
+        request["include_finished"] = any(s in model.FINISHED_STATES for s in states)
         return request, states
     # default: what is still in the queue, plus any job asked for by id (finished ones too, like Slurm's
     # MinJobAge window)

@@ -18,24 +18,6 @@ from spur_hpc import model
 SCRIPT_FD = 3  # the job reads its script from this descriptor (a memfd); see Supervisor.spawn
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-SPEC_FIELDS: dict[str, type] = {
-    "name": str,
-    "user": str,
-    "uid": int,
-    "gid": int,
-    "work_dir": str,
-    "stdout_path": str,
-    "stderr_path": str,
-    "nodes": int,
-    "tasks": int,
-    "cpus_per_task": int,
-    "memory_mb": int,
-    "time_limit_secs": int,
-    "environment": dict,
-    "partition": str,
-    "account": str,
-}
-
 
 class InvalidJob(Exception):
     """A launch request that cannot run; the message is one line naming the field, the value and why."""
@@ -53,7 +35,7 @@ class Identity:
 
 
 def check_spec_types(spec: dict[str, Any]) -> None:
-    for key, kind in SPEC_FIELDS.items():
+    for key, kind in model.JOB_SPEC_FIELDS.items():
         if key in spec and not isinstance(spec[key], kind):
             raise InvalidJob(f"spec.{key}: expected {kind.__name__}, got {type(spec[key]).__name__}")
 
