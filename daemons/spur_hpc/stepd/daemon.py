@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from spur_hpc.daemon import Daemon, StartupError
+from spur_hpc.daemon import EXIT_OK, Daemon, StartupError
 from spur_hpc.stepd.jobspec import InvalidJob
 from spur_hpc.stepd.protocol import ControlServer
 from spur_hpc.stepd.session import SOCKET_FILE, SessionDir, SessionError, open_session_path
@@ -65,7 +65,7 @@ class SupervisorDaemon(Daemon):
         if not args.foreground:
             # Second fork: the first process exits at once so spurd can reap it; this one is nobody's child.
             if os.fork() > 0:
-                os._exit(0)
+                os._exit(EXIT_OK)
             os.setsid()
         os.umask(0o077)  # everything this process creates is for root's eyes only
         become_subreaper()
