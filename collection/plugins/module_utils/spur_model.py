@@ -41,6 +41,10 @@ IN_SERVICE_STATES = (IDLE, MIXED, ALLOCATED)  # the scheduler may place jobs the
 
 # A job's reason when there is none, as Slurm shows it.
 NO_REASON = "None"
+# The node reasons the daemons set themselves (an operator's own reason is kept as written).
+REASON_AGENT_STOPPED = "spurd stopped"  # spurd deregistered on its way down
+REASON_NOT_RESPONDING = "Not responding"  # no heartbeat within the timeout (Slurm's words)
+REASON_DRAINED = "drained"  # a drain asked for without a reason
 
 
 def per_node_cpus(spec: dict[str, Any]) -> int:

@@ -26,6 +26,7 @@ from spur_hpc.agent.servicer import AgentServicer, running_pb
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
 from spur_hpc.daemon import EXIT_REFUSED, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer, json_response, text_response
+from spur_hpc.model import REASON_AGENT_STOPPED
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.stepd.session import SessionError
 
@@ -393,7 +394,7 @@ class AgentDaemon(Daemon):
 
     def _deregister(self) -> None:
         assert self.client is not None
-        request = slurm_pb2.DeregisterAgentRequest(name=self.node, reason="spurd stopped")
+        request = slurm_pb2.DeregisterAgentRequest(name=self.node, reason=REASON_AGENT_STOPPED)
         try:
             # stop is set already; the client must still be allowed to try, so pass no stop event.
             self.client.call("DeregisterAgent", request, time.monotonic() + DEREGISTER_SECS)

@@ -20,7 +20,7 @@ from spur_hpc import auth, grpcutil
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.state import ClusterState
-from spur_hpc.model import PENDING, RUNNING, per_node_cpus
+from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING, per_node_cpus
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld.leader")
@@ -201,7 +201,7 @@ class LeaderDuties:
                 self.service.write(
                     "node_lost",
                     name=name,
-                    reason="Not responding",
+                    reason=REASON_NOT_RESPONDING,
                     time=self.service.clock(),
                     registration=registration,
                 )

@@ -16,7 +16,7 @@ from spur_hpc.conf import Config
 from spur_hpc.controller import errors, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
-from spur_hpc.model import FINISHED_STATES, RUNNING, per_node_cpus
+from spur_hpc.model import FINISHED_STATES, REASON_AGENT_STOPPED, REASON_DRAINED, RUNNING, per_node_cpus
 
 log = logging.getLogger("spurctld.service")
 
@@ -149,12 +149,13 @@ class ControllerService:
 
     def deregister_agent(self, name: str, reason: str) -> None:
         self.require_leader()
-        self.write("node_deregister", name=self._node_name(name), reason=reason or "spurd stopped", time=self.clock())
+        reason = reason or REASON_AGENT_STOPPED
+        self.write("node_deregister", name=self._node_name(name), reason=reason, time=self.clock())
 
     def drain(self, name: str, reason: str, set_by: str) -> dict[str, Any]:
         self._check_text("reason", reason, one_line=True)
         return self.write(
-            "node_drain", name=self._node_name(name), reason=reason or "drained", set_by=set_by, time=self.clock()
+            "node_drain", name=self._node_name(name), reason=reason or REASON_DRAINED, set_by=set_by, time=self.clock()
         )
 
     def resume(self, name: str, only_prefix: str = "") -> dict[str, Any]:

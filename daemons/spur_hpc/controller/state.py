@@ -26,6 +26,9 @@ from spur_hpc.model import (
     NO_REASON,
     NODE_FAIL,
     PENDING,
+    REASON_AGENT_STOPPED,
+    REASON_DRAINED,
+    REASON_NOT_RESPONDING,
     RUNNING,
     per_node_cpus,
 )
@@ -242,7 +245,7 @@ class ClusterState:
         if node["jobs"]:
             return err("conflict", f"node {r['name']} still runs jobs {node['jobs']}; it cannot deregister")
         node["registered"] = False
-        node["lost_reason"] = r.get("reason") or "spurd stopped"
+        node["lost_reason"] = r.get("reason") or REASON_AGENT_STOPPED
         node["lost_time"] = float(r["time"])
         return ok()
 
@@ -256,7 +259,7 @@ class ClusterState:
         if "registration" in r and float(r["registration"]) != node["last_registered"]:
             return ok(failed=[], newer_registration=True)
         node["registered"] = False
-        node["lost_reason"] = r.get("reason") or "Not responding"
+        node["lost_reason"] = r.get("reason") or REASON_NOT_RESPONDING
         node["lost_time"] = float(r["time"])
         failed = self._fail_node_jobs(node, float(r["time"]), node["lost_reason"])
         return ok(failed=failed)
@@ -276,7 +279,7 @@ class ClusterState:
             return err("not_found", f"node {r['name']} does not exist")
         before = {"drain": node["drain"], "reason": node["drain_reason"], "by": node["drain_by"]}
         node["drain"] = True
-        node["drain_reason"] = r.get("reason") or "drained"
+        node["drain_reason"] = r.get("reason") or REASON_DRAINED
         node["drain_by"] = r.get("set_by") or ""
         node["drain_time"] = float(r["time"])
         return ok(before=before)
