@@ -1,6 +1,6 @@
 """Every daemon's exit status says how it ended (the EXIT_* table of spur_hpc/daemon.py, docs/reliability.md):
-0 after a clean stop on SIGTERM, 2 when it refuses to start (with one line saying what to fix), 3 when a
-fault while serving leaves it unable to go on. Real spurctld and spurd processes."""
+0 after a clean stop on SIGTERM, 1 after an unexpected error, 2 when it refuses to start (with one line saying
+what to fix), 3 when a fault while serving leaves it unable to go on. Real spurctld and spurd processes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agents import AgentProc
 from harness import BIN, Proc, wait_until
-from spur_hpc.daemon import EXIT_FATAL, EXIT_OK, EXIT_REFUSED
+from spur_hpc.daemon import EXIT_CRASH, EXIT_FATAL, EXIT_OK, EXIT_REFUSED
 
 # spurctld whose Raft tick thread dies once the file named by argv[1] exists: the thread ends with an
 # exception the tick loop does not catch (as a bug in pysyncobj or in an apply listener could).
@@ -119,3 +119,26 @@ def test_spurd_that_cannot_bind_its_probe_port_exits_2_with_one_line(tmp_path):
     problems = problem_lines(result.stderr)
     assert len(problems) == 1 and "probe_addr" in problems[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+# spurctld with a bug that raises once its gRPC and probe servers serve (as any unexpected exception could).
+START_RAISES = """
+import sys
+from spur_hpc.controller import daemon
+def choose(self):
+    raise RuntimeError("test: a bug while starting")
+daemon.ControllerDaemon._choose_membership = choose
+sys.exit(daemon.main(sys.argv[1:]))
+"""
+
+
+def test_spurctld_with_an_unexpected_error_while_starting_exits_1(make_cluster):
+    c = make_cluster(1, start=False)
+    m = c.members[0]
+    c.write_conf(m)
+    result = subprocess.run(
+        [sys.executable, "-c", START_RAISES, "--conf", str(m.conf_path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == EXIT_CRASH, result.stderr
+    assert "unexpected error while starting (exit status 1)" in result.stderr, result.stderr
+    assert "RuntimeError: test: a bug while starting" in result.stderr  # the traceback of a bug is kept
