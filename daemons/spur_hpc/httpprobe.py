@@ -20,7 +20,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from spur_hpc.conf import split_host_port
+from spur_hpc.model import split_host_port
 
 log = logging.getLogger("spur.probe")
 
