@@ -15,9 +15,10 @@ import pytest
 
 from agents import AgentProc, cleanup
 from harness import BIN, wait_until
+from prereqs import needs
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 
-pytestmark = pytest.mark.skipif(not shutil.which("munged"), reason="munged is not installed (apt-get install munge)")
+pytestmark = needs(shutil.which("munged") is not None, "munged is not installed", "apt-get install munge")
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ import pytest
 
 from agents import AgentProc
 from harness import BIN, TEST_PORTS, wait_until
+from prereqs import needs, require
 
-pytestmark = pytest.mark.skipif(not socket.has_ipv6, reason="this Python has no IPv6")
+pytestmark = needs(socket.has_ipv6, "this Python has no IPv6", "use a Python built with IPv6")
 
 _HANDED_OUT: set[int] = set()
 
@@ -42,7 +43,7 @@ def v6_loopback():
         try:
             s.bind(("::1", 0))
         except OSError as exc:
-            pytest.skip(f"::1 is not configured on this host ({exc.strerror})")
+            require(False, f"::1 is not configured on this host ({exc.strerror})", "bring up IPv6 on lo")
 
 
 def test_a_cluster_on_ipv6_addresses_runs_a_job(v6_loopback, make_cluster, tmp_path):
