@@ -255,8 +255,8 @@ def _expand_one(part: str, expression: str, before: int) -> list[str]:
     if "[" not in part:
         _check_count(before + 1, expression)
         return [part]
-    prefix, _, rest = part.partition("[")
-    body, _, suffix = rest.partition("]")
+    prefix, _open, rest = part.partition("[")
+    body, _close, suffix = rest.partition("]")
     if "[" in suffix or "]" in suffix:
         raise InvalidValue(f"bad hostlist '{expression}': one bracket group per name is supported")
     out = []
