@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    ClusterView,
-    SpurConnection,
-    SpurError,
-    SpurInvalid,
-    SpurTimeout,
-    probe_agent,
-    probe_url,
-)
+from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurConnection
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurError, SpurInvalid, SpurTimeout
+from ansible_collections.spur.cluster.plugins.module_utils.spur_probes import probe_agent, probe_url
+from ansible_collections.spur.cluster.plugins.module_utils.spur_view import ClusterView
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import AGENT_PROBE_PORT
 from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import HealthTracker
 

@@ -8,12 +8,8 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    SpurConnection,
-    SpurError,
-    SpurInvalid,
-    SpurTimeout,
-)
+from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurConnection
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurError, SpurInvalid, SpurTimeout
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import FINISHED_STATES, output_file
 
 POLL_SECS = 0.25

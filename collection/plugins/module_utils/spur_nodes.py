@@ -8,8 +8,8 @@ from __future__ import annotations
 import socket
 import time
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    SpurConnection,
+from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurConnection
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import (
     SpurInvalid,
     SpurNotFound,
     SpurRefused,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurInvalid
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurInvalid
 
 # ---------------------------------------------------------------------------------------------- controllers
 

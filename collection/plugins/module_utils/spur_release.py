@@ -18,7 +18,7 @@ import subprocess
 import sys
 import zipfile
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurError, SpurInvalid, SpurRefused
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurError, SpurInvalid, SpurRefused
 
 RELEASE_FILE = "release.json"
 MARKER = "spur-release.json"  # written into releases/<id>/ once its venv is complete

@@ -5,15 +5,14 @@
 
 from __future__ import annotations
 
-from ansible_collections.spur.cluster.plugins.module_utils.spur_client import (
-    SpurConnection,
+from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurConnection
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import (
     SpurError,
     SpurInvalid,
     SpurRefused,
     SpurUnreachable,
-    probe_agent,
-    probe_url,
 )
+from ansible_collections.spur.cluster.plugins.module_utils.spur_probes import probe_agent, probe_url
 from ansible_collections.spur.cluster.plugins.module_utils.spur_info import summarize
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import AGENT_PROBE_PORT, RAFT_PORT, with_port
 from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import (
