@@ -104,9 +104,14 @@ def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def run_logged(argv: list[str], log: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
     """Run argv from the checkout with stdout and stderr into `log`; (exit code, the whole output)."""
     with open(log, "w") as out:
-        done = subprocess.run(
-            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
-        )
+        try:
+            done = subprocess.run(
+                argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            # pytest deletes old tmp dirs: the tail of the log is all that survives of a run that hung
+            tail = failure_tail(log.read_text(errors="replace"))
+            pytest.fail(f"{' '.join(argv[-3:])} ran past {timeout:.0f} s (log: {log})\n{tail}", pytrace=False)
     return done.returncode, log.read_text(errors="replace")
 
 

@@ -13,6 +13,7 @@ import struct
 import threading
 import time
 
+import grpc
 import pytest
 
 from harness import wait_until
@@ -105,6 +106,18 @@ def test_flooding_the_leaders_raft_port_neither_elects_nor_leaves_two_leaders(cl
     assert "0x7fffffff" in log_text or str(0x7FFFFFFF) in log_text
 
 
+def submit_as_a_client_would(stub, request, tries: int = 6) -> int:
+    """A write whose outcome is unknown (UNAVAILABLE: a loaded machine may take longer than write_timeout_secs to
+    commit 3 MiB) is retried with its key, as sbatch does; a transport that never replicates it still fails."""
+    for n in range(tries):
+        try:
+            return stub.SubmitJob(request, timeout=30).job_id
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or n == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def test_records_larger_than_a_handshake_frame_still_replicate(cluster):
     # frames of a peer that completed the handshake get the large bound: a 3 MiB script (incompressible,
     # so its AppendEntries frames are far above the 64 KiB handshake bound) reaches every controller
@@ -115,7 +128,8 @@ def test_records_larger_than_a_handshake_frame_still_replicate(cluster):
     jobs = []
     for i in range(3):  # one alone (sent in chunks) and two back to back (may share one batch)
         spec = slurm_pb2.JobSpec(name=f"big{i}", script=script, user="root", work_dir="/tmp")
-        jobs.append(cluster.stub(leader).SubmitJob(slurm_pb2.SubmitJobRequest(spec=spec), timeout=30).job_id)
+        request = slurm_pb2.SubmitJobRequest(spec=spec, idempotency_key=f"big-{i}-{os.getpid()}")
+        jobs.append(submit_as_a_client_would(cluster.stub(leader), request))
     for m in cluster.running():
         for job_id in jobs:
             wait_until(
