@@ -54,7 +54,9 @@ def test_a_cluster_on_ipv6_addresses_runs_a_job(v6_loopback, make_cluster, tmp_p
     cluster.peers = [m.raft_addr for m in cluster.members]
     cluster.hosts = [m.grpc_addr for m in cluster.members]
     cluster.start()
-    status = cluster.wait_leader().status()
+    leader = cluster.wait_leader()
+    # each member records its own gRPC address through the log, so a just-elected leader may not know it yet
+    status = wait_until(lambda: (st := leader.status()).get("leader_grpc") and st, 30, "the leader's gRPC address")
     assert sorted(status["members"]) == sorted(cluster.peers)
     assert status["leader"] in cluster.peers and status["leader_grpc"] in cluster.hosts
 
