@@ -7,11 +7,14 @@ from typing import Any
 from spur_hpc import model
 from spur_hpc.proto import slurm_pb2
 
-JOB_SPEC_FIELDS = tuple(f for f in model.JOB_SPEC_FIELDS if f != "environment")  # the scalars; the map apart
+JOB_SPEC_FIELDS = tuple(f for f in model.JOB_SPEC_FIELDS if f != "environment")  # all but the map
+REPEATED_SPEC_FIELDS = tuple(f for f, kind in model.JOB_SPEC_FIELDS.items() if kind is list)
 
 
 def spec_from_pb(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
     out: dict[str, Any] = {f: getattr(spec, f) for f in JOB_SPEC_FIELDS}
+    for field in REPEATED_SPEC_FIELDS:  # a plain list: records hold primitive values only
+        out[field] = list(out[field])
     out["environment"] = dict(spec.environment)
     return out
 

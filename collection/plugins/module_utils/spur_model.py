@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------ job states (slurm.proto's JobState)
 
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE = (
     "PENDING",
     "RUNNING",
     "COMPLETED",
@@ -28,10 +28,12 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
     "CANCELLED",
     "TIMEOUT",
     "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "DEADLINE",
 )
-JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL)
+JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE)
 # A finished job never changes state again (the agent's end reports are these too).
-FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL})
+FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE})
 
 # ------------------------------------------------------------------ node states (slurm.proto's NodeState)
 
@@ -73,6 +75,37 @@ JOB_SPEC_FIELDS = {
     "partition": str,
     "account": str,
     "environment": dict,
+    "comment": str,
+    "hold": bool,
+    "nodelist": str,
+    "exclude": str,
+    "exclusive": bool,
+    "ntasks_per_node": int,
+    "mem_per_cpu_mb": int,
+    "gres": str,
+    "gpus": str,
+    "gpus_per_node": str,
+    "gpus_per_task": str,
+    "constraint": str,
+    "open_mode": str,
+    "signal_number": int,
+    "signal_secs": int,
+    "signal_batch_only": bool,
+    "wckey": str,
+    "qos": str,
+    "begin_time": float,
+    "deadline": float,
+    "time_min_secs": int,
+    "requeue": int,
+    "nice": int,
+    "mail_type": str,
+    "mail_user": str,
+    "argv": list,
+    "array": str,
+    "dependency": str,
+    "kill_on_invalid_dep": bool,
+    "submit_host": str,
+    "cluster_name": str,
 }
 
 

@@ -59,31 +59,40 @@ _JOB_STATES = {name: slurm_pb2.JobState.Value(name) for name in slurm_pb2.JobSta
 _NODE_STATES = {name: slurm_pb2.NodeState.Value(name) for name in slurm_pb2.NodeState.keys()}
 
 
+# The Job message's fields that a job record feeds besides job_id, state and spec: field -> its value when
+# the record has none (a record written by an older release lacks the newer fields).
+JOB_RECORD_FIELDS = {
+    "reason": "",
+    "exit_code": 0,
+    "signal": 0,
+    "submit_time": 0.0,
+    "start_time": 0.0,
+    "end_time": 0.0,
+    "nodes": (),
+    "attempt": 0,
+    "cancel_requested": False,
+    "held": False,
+    "array_job_id": 0,
+    "array_task_id": 0,
+    "array_pending": "",
+    "array_max_running": 0,
+    "restart_count": 0,
+    "eligible_time": 0.0,
+}
+
+
 def job_to_pb(job: dict[str, Any], brief: bool = False) -> slurm_pb2.Job:
+    fields = {f: job.get(f, default) for f, default in JOB_RECORD_FIELDS.items()}
     return slurm_pb2.Job(
-        job_id=job["job_id"],
-        spec=spec_to_pb(job["spec"], brief),
-        state=_JOB_STATES[job["state"]],
-        reason=job.get("reason", ""),
-        exit_code=job["exit_code"],
-        signal=job["signal"],
-        submit_time=job["submit_time"],
-        start_time=job["start_time"],
-        end_time=job["end_time"],
-        nodes=job["nodes"],
-        attempt=job["attempt"],
-        cancel_requested=job["cancel_requested"],
-        held=bool(job.get("held")),
+        job_id=job["job_id"], spec=spec_to_pb(job["spec"], brief), state=_JOB_STATES[job["state"]], **fields
     )
 
 
 def _brief_key(job: dict[str, Any]) -> tuple:
-    """What job_to_pb reads of a job besides its spec, which never changes once the job is submitted."""
-    return (
-        job["state"], job.get("reason", ""), job["exit_code"], job["signal"], job["submit_time"],
-        job["start_time"], job["end_time"], tuple(job["nodes"]), job["attempt"], job["cancel_requested"],
-        bool(job.get("held")),
-    )  # fmt: skip
+    """What job_to_pb reads of a job: its state, the revision of its spec (scontrol update raises it) and
+    every field of JOB_RECORD_FIELDS (lists as tuples, so the key compares by value)."""
+    values = (job.get(f, default) for f, default in JOB_RECORD_FIELDS.items())
+    return (job["state"], job.get("spec_rev", 0), *(tuple(v) if isinstance(v, list) else v for v in values))
 
 
 class BriefJobList:

@@ -129,6 +129,16 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
                 _registered_method=True)
+        self.UpdateJob = channel.unary_unary(
+                '/spur.v1.SlurmController/UpdateJob',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.UpdateJobRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
+        self.RequeueJob = channel.unary_unary(
+                '/spur.v1.SlurmController/RequeueJob',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.RequeueJobRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -250,6 +260,20 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateJob(self, request, context):
+        """needs WAL level 3
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueJob(self, request, context):
+        """needs WAL level 3
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -346,6 +370,16 @@ def add_SlurmControllerServicer_to_server(servicer, server):
             'ReleaseJob': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseJob,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'UpdateJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateJob,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.UpdateJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'RequeueJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueJob,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.RequeueJobRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
             ),
     }
@@ -861,6 +895,60 @@ class SlurmController:
             target,
             '/spur.v1.SlurmController/ReleaseJob',
             spur__hpc_dot_proto_dot_slurm__pb2.ReleaseJobRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/UpdateJob',
+            spur__hpc_dot_proto_dot_slurm__pb2.UpdateJobRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/RequeueJob',
+            spur__hpc_dot_proto_dot_slurm__pb2.RequeueJobRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
             options,
             channel_credentials,
