@@ -56,7 +56,7 @@ def from_scratch(jobs: list[dict]) -> slurm_pb2.ListJobsReply:
 def test_the_changes_cover_every_field_of_a_job_but_its_id_and_spec() -> None:
     # supervisor_pid is an agent's answer about a job it runs; the controller's records do not carry it.
     fields = {f.name for f in slurm_pb2.Job.DESCRIPTOR.fields} - {"job_id", "spec", "supervisor_pid"}
-    assert set(CHANGES) - {"spec_rev"} == fields, "a new Job field must be part of BriefJobList's key (grpc_api._brief_key)"
+    assert set(CHANGES) - {"spec_rev"} == fields, "a new Job field must be in grpc_api.JOB_RECORD_FIELDS"
 
 
 def listed(cache: BriefJobList, jobs: list[dict], whole_queue: bool = True) -> slurm_pb2.ListJobsReply:
