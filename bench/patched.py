@@ -68,10 +68,10 @@ def _leader_scans() -> None:
 
     original_plan = leader.plan_starts
 
-    def plan_starts(s):
+    def plan_starts(s, now=0.0):
         if not any(s.schedulable(n) and n["cpus"] > n["alloc_cpus"] for n in s.nodes.values()):
             return []
-        return original_plan(s)
+        return original_plan(s, now)
 
     leader.plan_starts = plan_starts
     original_follow = leader.LeaderDuties._follow_up_running

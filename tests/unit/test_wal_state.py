@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spur_hpc.controller import wal
-from spur_hpc.controller.leader import plan_starts
+from spur_hpc.controller.scheduler import plan_starts
 from spur_hpc.controller.state import ClusterState, StateFormatError, submission_key
 
 

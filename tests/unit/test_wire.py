@@ -111,7 +111,8 @@ def test_unpacked_repeated_numbers_are_read_too() -> None:
 
 def test_json_view_names_enums_and_keeps_every_field() -> None:
     view = protocodec.to_jsonable(pb.Node(name="n", state=pb.DRAINED), "Node")
-    assert view["state"] == "DRAINED" and view["resources"] == {"cpus": 0, "memory_mb": 0, "gres": {}} and view["job_ids"] == []
+    assert view["state"] == "DRAINED" and view["job_ids"] == []
+    assert view["resources"] == {"cpus": 0, "memory_mb": 0, "gres": {}}
 
 
 def test_constants_shared_with_modules_the_cli_may_not_import() -> None:

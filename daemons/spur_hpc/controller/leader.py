@@ -18,9 +18,9 @@ import grpc
 
 from spur_hpc import auth, grpcutil
 from spur_hpc.controller import errors
+from spur_hpc.controller.scheduler import plan_starts
 from spur_hpc.controller.service import ControllerService
-from spur_hpc.controller.state import ClusterState
-from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING, per_node_cpus
+from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld.leader")
@@ -248,7 +248,8 @@ class LeaderDuties:
             for job_id in set(ids) - waiting:
                 self.retry_after.pop(job_id, None)
                 self.launch_failures.pop(job_id, None)
-        plans = self.raft.read(plan_starts)
+        now_wall = self.service.clock()
+        plans = self.raft.read(lambda s: plan_starts(s, now_wall))
         now = time.monotonic()
         for job_id, nodes in plans:
             if self.retry_after.get(job_id, 0.0) > now:
@@ -406,35 +407,3 @@ class LeaderDuties:
                     reason="time limit (enforced by the controller)",
                 )
 
-
-def plan_starts(s: ClusterState) -> list[tuple[int, list[str]]]:
-    """FIFO with resource fit, per partition: the oldest pending job of a partition that does not fit
-    blocks the younger ones behind it (no backfill), so a large job is not starved."""
-    free = {
-        n: {"cpus": node["cpus"] - node["alloc_cpus"], "mem": node["memory_mb"] - node["alloc_mem"]}
-        for n, node in s.nodes.items()
-        if s.schedulable(node)
-    }
-    blocked: set[str] = set()
-    plans = []
-    for job_id in sorted(j for j, job in s.jobs.items() if job["state"] == PENDING and not job["held"]):
-        job = s.jobs[job_id]
-        spec = job["spec"]
-        partition = spec.get("partition") or "default"
-        if partition in blocked:
-            continue
-        cpus, mem, count = per_node_cpus(spec), int(spec.get("memory_mb") or 0), max(1, spec.get("nodes") or 1)
-        fit = [
-            n
-            for n in sorted(free)
-            if s.nodes[n]["partition"] == partition and free[n]["cpus"] >= cpus and (not mem or free[n]["mem"] >= mem)
-        ]
-        if len(fit) < count:
-            blocked.add(partition)
-            continue
-        chosen = fit[:count]
-        for n in chosen:
-            free[n]["cpus"] -= cpus
-            free[n]["mem"] -= mem
-        plans.append((job_id, chosen))
-    return plans

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spur_hpc.controller import wal
+from spur_hpc.controller import placement, wal
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
 from spur_hpc.model import (
@@ -348,12 +348,8 @@ class ClusterState:
     def fits(self, node: dict[str, Any], spec: dict[str, Any]) -> bool:
         if not self.schedulable(node):
             return False
-        if (spec.get("partition") or "default") != node["partition"]:
-            return False
-        if node["cpus"] - node["alloc_cpus"] < per_node_cpus(spec):
-            return False
-        mem = int(spec.get("memory_mb") or 0)
-        return not (mem and node["memory_mb"] - node["alloc_mem"] < mem)
+        free = {"cpus": node["cpus"] - node["alloc_cpus"], "mem": node["memory_mb"] - node["alloc_mem"]}
+        return placement.fits(node, free, spec)
 
     def _op_job_start(self, r: dict[str, Any]) -> dict[str, Any]:
         job = self.jobs.get(int(r["job_id"]))
