@@ -106,6 +106,7 @@ JOB_SPEC_FIELDS = {
     "kill_on_invalid_dep": bool,
     "submit_host": str,
     "cluster_name": str,
+    "interactive": bool,
 }
 
 
