@@ -139,6 +139,21 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.RequeueJobRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
                 _registered_method=True)
+        self.CreateStep = channel.unary_unary(
+                '/spur.v1.SlurmController/CreateStep',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.CreateStepRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.CreateStepReply.FromString,
+                _registered_method=True)
+        self.CompleteStep = channel.unary_unary(
+                '/spur.v1.SlurmController/CompleteStep',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepReply.FromString,
+                _registered_method=True)
+        self.EndAllocation = channel.unary_unary(
+                '/spur.v1.SlurmController/EndAllocation',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -274,6 +289,27 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStep(self, request, context):
+        """needs WAL level 3
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteStep(self, request, context):
+        """agents only
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndAllocation(self, request, context):
+        """the owner of an interactive job
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -380,6 +416,21 @@ def add_SlurmControllerServicer_to_server(servicer, server):
             'RequeueJob': grpc.unary_unary_rpc_method_handler(
                     servicer.RequeueJob,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.RequeueJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'CreateStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateStep,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.CreateStepRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.CreateStepReply.SerializeToString,
+            ),
+            'CompleteStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteStep,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepReply.SerializeToString,
+            ),
+            'EndAllocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndAllocation,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
             ),
     }
@@ -960,6 +1011,87 @@ class SlurmController:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CreateStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/CreateStep',
+            spur__hpc_dot_proto_dot_slurm__pb2.CreateStepRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.CreateStepReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/CompleteStep',
+            spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.CompleteStepReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndAllocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/EndAllocation',
+            spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class SlurmAgentStub:
     """Missing associated documentation comment in .proto file."""
@@ -985,6 +1117,11 @@ class SlurmAgentStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.SignalJobRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.SignalJobReply.FromString,
                 _registered_method=True)
+        self.LaunchStep = channel.unary_unary(
+                '/spur.v1.SlurmAgent/LaunchStep',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepReply.FromString,
+                _registered_method=True)
 
 
 class SlurmAgentServicer:
@@ -1008,6 +1145,12 @@ class SlurmAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LaunchStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1025,6 +1168,11 @@ def add_SlurmAgentServicer_to_server(servicer, server):
                     servicer.SignalJob,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.SignalJobRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.SignalJobReply.SerializeToString,
+            ),
+            'LaunchStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.LaunchStep,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1108,6 +1256,33 @@ class SlurmAgent:
             '/spur.v1.SlurmAgent/SignalJob',
             spur__hpc_dot_proto_dot_slurm__pb2.SignalJobRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.SignalJobReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LaunchStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmAgent/LaunchStep',
+            spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.LaunchStepReply.FromString,
             options,
             channel_credentials,
             insecure,
