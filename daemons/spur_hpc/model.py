@@ -30,6 +30,27 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMOR
 JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE)
 # A finished job never changes state again (the agent's end reports are these too).
 FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE})
+# Slurm's short state codes (squeue %t, squeue -t and sacct -s accept them).
+JOB_STATE_CODES = {
+    PENDING: "PD",
+    RUNNING: "R",
+    COMPLETED: "CD",
+    FAILED: "F",
+    CANCELLED: "CA",
+    TIMEOUT: "TO",
+    NODE_FAIL: "NF",
+    OUT_OF_MEMORY: "OOM",
+    DEADLINE: "DL",
+}
+# The batch step (N.batch) ends as its job did, except that Slurm kills the batch shell of a job that ran out
+# of time, lost a node or passed its deadline, so that step shows CANCELLED.
+_BATCH_STEP_ENDS = {TIMEOUT: CANCELLED, NODE_FAIL: CANCELLED, DEADLINE: CANCELLED}
+
+
+def batch_step_state(job_state: str) -> str:
+    """The state of a job's batch step, given the job's."""
+    return _BATCH_STEP_ENDS.get(job_state, job_state)
+
 
 # ------------------------------------------------------------------ node states (slurm.proto's NodeState)
 
