@@ -160,30 +160,47 @@ def bounded_int(text: str, high: int) -> int | None:
 # ------------------------------------------------------------------ output paths (sbatch's filename patterns)
 
 DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"  # sbatch's default for an array task
 DEFAULT_JOB_NAME = "batch"  # a job submitted without a name: SLURM_JOB_NAME and %x
 BATCH_STEP = "batch"
 NO_ARRAY_TASK = 4294967294  # Slurm's NO_VAL: what %a gives for a job that is not part of an array
-_NUMERIC_PATTERNS = "AaJjb"
-_PATTERNS = _NUMERIC_PATTERNS + "Nnstux"
+_NUMERIC_PATTERNS = "AaJjbnst"
+_PATTERNS = _NUMERIC_PATTERNS + "Nux"
 
 
-def expand_output_pattern(pattern: str, job_id: int, name: str, user: str, node: str) -> str:
-    """sbatch's filename patterns as slurmstepd expands them for a batch job that is not an array:
-    %% a percent sign, %A and %j and %J the job id, %a the array task id, %N the batch host, %n and %t 0,
-    %s the step (batch), %u the user, %x the job name; a number after % zero-pads a numeric one (at most 10);
-    a backslash anywhere turns expansion off (the backslashes are dropped); other %-sequences stay."""
+def expand_output_pattern(
+    pattern: str,
+    job_id: int,
+    name: str,
+    user: str,
+    node: str,
+    *,
+    array_job_id: int = 0,
+    array_task_id: int = 0,
+    step: str = BATCH_STEP,
+    task: int = 0,
+    node_index: int = 0,
+) -> str:
+    """sbatch's and srun's filename patterns as slurmstepd expands them:
+    %% a percent sign, %j the job id, %A the array's job id (the job id when the job is not an array task:
+    array_job_id 0), %a the array task id (4294967294 when not an array task), %b that task id modulo 10,
+    %s the step (batch, or a step number), %J job id.step (only the job id for the batch step), %N the node,
+    %n the node's index in the job, %t the task's rank, %u the user, %x the job name; a number after % zero-pads
+    a numeric one (at most 10; for %J the job id part); a backslash anywhere turns expansion off (the
+    backslashes are dropped); other %-sequences stay."""
     if "\\" in pattern:
         return pattern.replace("\\", "")
+    task_id = array_task_id if array_job_id else NO_ARRAY_TASK
     values = {
-        "A": job_id,
-        "a": NO_ARRAY_TASK,
-        "b": NO_ARRAY_TASK % 10,
+        "A": array_job_id or job_id,
+        "a": task_id,
+        "b": task_id % 10,
         "J": job_id,
         "j": job_id,
         "N": node,
-        "n": "0",
-        "t": "0",
-        "s": BATCH_STEP,
+        "n": node_index,
+        "t": task,
+        "s": step,
         "u": user,
         "x": name or DEFAULT_JOB_NAME,
     }
@@ -216,15 +233,45 @@ def expand_output_pattern(pattern: str, job_id: int, name: str, user: str, node:
             continue
         width = bounded_int(pattern[i:digits_end], 10) if digits_end > i else 0
         width = 10 if width is None else width  # Slurm pads to at most 10 digits
-        value = values[key]
-        out.append(str(value).zfill(width) if key in _NUMERIC_PATTERNS else str(value))
+        text = str(values[key])
+        if key in _NUMERIC_PATTERNS and text.isdigit():
+            text = text.zfill(width)
+        if key == "J" and step != BATCH_STEP:
+            text += f".{step}"
+        out.append(text)
         i = digits_end + 1
     return "".join(out)
 
 
-def output_file(pattern: str, work_dir: str, job_id: int, name: str, user: str, node: str) -> str:
-    """Where a job's output goes: the expanded pattern (DEFAULT_OUTPUT when empty), under work_dir when relative."""
-    path = expand_output_pattern(pattern or DEFAULT_OUTPUT, job_id, name, user, node)
+def output_file(
+    pattern: str,
+    work_dir: str,
+    job_id: int,
+    name: str,
+    user: str,
+    node: str,
+    *,
+    array_job_id: int = 0,
+    array_task_id: int = 0,
+    step: str = BATCH_STEP,
+    task: int = 0,
+    node_index: int = 0,
+) -> str:
+    """Where a job's output goes: the expanded pattern (DEFAULT_OUTPUT when empty, DEFAULT_ARRAY_OUTPUT for an
+    array task), under work_dir when relative. The keywords are expand_output_pattern's."""
+    default = DEFAULT_ARRAY_OUTPUT if array_job_id else DEFAULT_OUTPUT
+    path = expand_output_pattern(
+        pattern or default,
+        job_id,
+        name,
+        user,
+        node,
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        step=step,
+        task=task,
+        node_index=node_index,
+    )
     return posixpath.join(work_dir, path) if work_dir else path
 
 

@@ -13,6 +13,7 @@ from spur_hpc.agent.supervisors import LaunchError, SupervisorTable
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import spec_from_pb
 from spur_hpc.stepd.jobspec import InvalidJob
+from spur_hpc.stepd.session import LAUNCH_JOB_FIELDS
 
 log = logging.getLogger("spurd.grpc")
 
@@ -89,7 +90,12 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
             )
         try:
             pid, already = self.table.launch(
-                job.job_id, job.attempt, list(job.nodes), spec_to_dict(job.spec), job.spec.script
+                job.job_id,
+                job.attempt,
+                list(job.nodes),
+                spec_to_dict(job.spec),
+                job.spec.script,
+                {key: getattr(job, key) for key in LAUNCH_JOB_FIELDS},
             )
         except InvalidJob as exc:
             log.warning("LaunchJob of job %d attempt %d refused: %s", job.job_id, job.attempt, exc)

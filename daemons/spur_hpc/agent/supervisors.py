@@ -144,9 +144,17 @@ class SupervisorTable:
     # -------------------------------------------------------------- launching
 
     def launch(
-        self, job_id: int, attempt: int, nodes: list[str], spec: dict[str, Any], script: str
+        self,
+        job_id: int,
+        attempt: int,
+        nodes: list[str],
+        spec: dict[str, Any],
+        script: str,
+        job_fields: dict[str, int] | None = None,
     ) -> tuple[int, bool]:
-        """Start a supervisor for (job_id, attempt); (supervisor pid, already_running). Idempotent per attempt."""
+        """Start a supervisor for (job_id, attempt); (supervisor pid, already_running). Idempotent per attempt.
+
+        job_fields: the Job's array_job_id, array_task_id and restart_count for the launch record."""
         jobspec.check_launch(job_id, attempt, script, spec)  # raises InvalidJob: one line for the controller
         key = (job_id, attempt)
         with self.lock:
@@ -191,7 +199,7 @@ class SupervisorTable:
                 )
                 old.report = False
                 self.signal(old, 0)
-            self._start(session, nodes, spec, script)
+            self._start(session, nodes, spec, script, job_fields)
         except BaseException as exc:
             session.launch_error = str(exc)
             raise
@@ -202,7 +210,14 @@ class SupervisorTable:
         threading.Thread(target=self._watch, args=(session,), name=f"watch-{job_id}.{attempt}", daemon=True).start()
         return session.supervisor_pid, False
 
-    def _start(self, session: Session, nodes: list[str], spec: dict[str, Any], script: str) -> None:
+    def _start(
+        self,
+        session: Session,
+        nodes: list[str],
+        spec: dict[str, Any],
+        script: str,
+        job_fields: dict[str, int] | None = None,
+    ) -> None:
         name = f"{session.job_id}.{session.attempt}"
         try:
             session.dir = create_session(self.state_fd, self.state_path, session.job_id, session.attempt)
@@ -215,7 +230,7 @@ class SupervisorTable:
             self._forget(session)
             raise LaunchError(f"cannot create session {self.state_path}/{name}: {exc}") from None
         try:
-            write_launch(session.dir, self.node, nodes, spec, script.encode())
+            write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields)
             log_fd = session.dir.open_log()
         except OSError as exc:
             self._discard(session)

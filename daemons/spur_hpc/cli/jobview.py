@@ -88,7 +88,16 @@ def partition(job: Any) -> str:
 def _output_file(pattern: str, job: Any) -> str:
     """The file spurstepd writes for this pattern (model.output_file; %N is the batch host, empty while pending)."""
     node = job.nodes[0] if job.nodes else ""
-    return model.output_file(pattern, job.spec.work_dir, job.job_id, job.spec.name, job.spec.user, node)
+    return model.output_file(
+        pattern,
+        job.spec.work_dir,
+        job.job_id,
+        job.spec.name,
+        job.spec.user,
+        node,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
+    )
 
 
 def stdout_path(job: Any) -> str:

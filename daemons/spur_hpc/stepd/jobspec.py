@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spur_hpc import model
+from spur_hpc.stepd.session import launch_job_field
 
 SCRIPT_FD = 3  # the job reads its script from this descriptor (a memfd); see Supervisor.spawn
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -97,14 +98,20 @@ def work_dir(spec: dict[str, Any], ident: Identity) -> str:
     return spec.get("work_dir") or ident.home or "/tmp"
 
 
-def output_paths(job_id: int, spec: dict[str, Any], ident: Identity, node: str) -> tuple[str, str]:
+def array_fields(launch: dict[str, Any]) -> dict[str, int]:
+    """The launch record's array_job_id and array_task_id (0 when not an array task or an older record)."""
+    return {key: launch_job_field(launch, key) for key in ("array_job_id", "array_task_id")}
+
+
+def output_paths(job_id: int, spec: dict[str, Any], ident: Identity, node: str, **pattern: Any) -> tuple[str, str]:
     """(stdout, stderr) as absolute paths; stderr goes with stdout unless asked otherwise, as in Slurm.
-    The patterns are model.output_file's, which scontrol shows too: the path shown is the file written."""
+    The patterns are model.output_file's, which scontrol shows too: the path shown is the file written.
+    pattern: model.output_file's keywords (array_job_id, array_task_id, step, task, node_index)."""
     base, name = work_dir(spec, ident), spec.get("name") or ""
-    out = model.output_file(spec.get("stdout_path") or "", base, job_id, name, ident.user, node)
+    out = model.output_file(spec.get("stdout_path") or "", base, job_id, name, ident.user, node, **pattern)
     if not spec.get("stderr_path"):
         return out, out
-    return out, model.output_file(spec["stderr_path"], base, job_id, name, ident.user, node)
+    return out, model.output_file(spec["stderr_path"], base, job_id, name, ident.user, node, **pattern)
 
 
 def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:

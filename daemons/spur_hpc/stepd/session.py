@@ -298,9 +298,30 @@ def pid_matches(pid: int, start_ticks: int) -> bool:
     return pid > 0 and proc_start_ticks(pid) == start_ticks
 
 
-def write_launch(session: SessionDir, node: str, nodes: list[str], spec: dict[str, Any], script: bytes) -> None:
-    """Write the script, then the launch record that names its checksum (spurd, before starting spurstepd)."""
+# The Job fields a launch record carries besides its spec (SLURM_ARRAY_*, SLURM_RESTART_COUNT, %A/%a); a record
+# written before they existed lacks them, and readers take 0 (launch_job_field).
+LAUNCH_JOB_FIELDS = ("array_job_id", "array_task_id", "restart_count")
+
+
+def launch_job_field(launch: dict[str, Any], key: str) -> int:
+    """One of LAUNCH_JOB_FIELDS from a launch record; 0 when an older record lacks it."""
+    value = launch.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def write_launch(
+    session: SessionDir,
+    node: str,
+    nodes: list[str],
+    spec: dict[str, Any],
+    script: bytes,
+    job_fields: dict[str, int] | None = None,
+) -> None:
+    """Write the script, then the launch record that names its checksum (spurd, before starting spurstepd).
+
+    job_fields: the Job's LAUNCH_JOB_FIELDS (array_job_id, array_task_id, restart_count), 0 when absent."""
     session.write_bytes(SCRIPT_FILE, script)
+    fields = job_fields or {}
     body = {
         "job_id": session.job_id,
         "attempt": session.attempt,
@@ -308,5 +329,6 @@ def write_launch(session: SessionDir, node: str, nodes: list[str], spec: dict[st
         "nodes": list(nodes) or [node],
         "spec": spec,
         "script_sha256": hashlib.sha256(script).hexdigest(),
+        **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
     }
     session.write_record(LAUNCH_FILE, "launch", body)

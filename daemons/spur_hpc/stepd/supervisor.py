@@ -139,7 +139,9 @@ class Supervisor:
         spec = self.launch["spec"]
         env = jobspec.job_environment(self.launch, self.ident)
         argv = jobspec.script_command(self.script)
-        stdout, stderr = jobspec.output_paths(self.job_id, spec, self.ident, self.launch["node"])
+        stdout, stderr = jobspec.output_paths(
+            self.job_id, spec, self.ident, self.launch["node"], **jobspec.array_fields(self.launch)
+        )
         work_dir = jobspec.work_dir(spec, self.ident)
         umask = jobspec.job_umask(env)
         # The script lives in a 0700 root-only directory; the job reads its copy from a memfd instead,
