@@ -15,12 +15,22 @@ if TYPE_CHECKING:
 
 class Option:
     """short: one letter without the dash; long: without the dashes; value: the metavar (empty: a flag);
-    repeat: collect every occurrence in a list. (A plain class: dataclasses costs ~5 ms to import.)"""
+    repeat: collect every occurrence in a list; optional: the value may be left out (getopt's optional argument:
+    only `--opt=value` or `-oVALUE` give one), and const is stored then, as it is for a flag.
+    (A plain class: dataclasses costs ~5 ms to import.)"""
 
-    __slots__ = ("dest", "short", "long", "value", "help", "repeat")
+    __slots__ = ("dest", "short", "long", "value", "help", "repeat", "optional", "const")
 
     def __init__(
-        self, dest: str, short: str = "", long: str = "", value: str = "", help: str = "", repeat: bool = False
+        self,
+        dest: str,
+        short: str = "",
+        long: str = "",
+        value: str = "",
+        help: str = "",
+        repeat: bool = False,
+        optional: bool = False,
+        const: Any = True,
     ) -> None:
         self.dest = dest
         self.short = short
@@ -28,6 +38,8 @@ class Option:
         self.value = value
         self.help = help
         self.repeat = repeat
+        self.optional = optional
+        self.const = const
 
     def names(self) -> str:
         parts = []
@@ -36,6 +48,8 @@ class Option:
         if self.long:
             parts.append(f"--{self.long}")
         text = ", ".join(parts)
+        if self.value and self.optional:
+            return f"{text}[={self.value}]"
         return f"{text} {self.value}" if self.value else text
 
 
@@ -85,6 +99,8 @@ def parse(
             if option.value:
                 if has_value:
                     store(option, inline)
+                elif option.optional:
+                    store(option, option.const)
                 elif i < len(argv):
                     store(option, argv[i])
                     i += 1
@@ -93,7 +109,7 @@ def parse(
             elif has_value:
                 raise usage_error(program, f"option '--{option.long}' takes no value, got '{inline}'")
             else:
-                store(option, True)
+                store(option, option.const)
             continue
         if arg.startswith("-") and arg != "-":
             letters = arg[1:]
@@ -103,10 +119,12 @@ def parse(
                 if option is None:
                     raise usage_error(program, f"invalid option '-{letter}'")
                 if not option.value:
-                    store(option, True)
+                    store(option, option.const)
                     continue
                 if letters:
                     store(option, letters)
+                elif option.optional:
+                    store(option, option.const)
                 elif i < len(argv):
                     store(option, argv[i])
                     i += 1

@@ -163,3 +163,98 @@ def parse_time_point(text: str, option: str, now: float | None = None) -> float:
         return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
     except (ValueError, OverflowError):  # int() of a long digit string is a ValueError too
         raise bad() from None
+
+
+BEGIN_TIME_FORMS = (
+    "now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS][AM|PM], today, tomorrow, midnight, noon, teatime, "
+    "MM/DD[/YY][-HH:MM[:SS]], MMDD[YY], YYYY-MM-DD[THH:MM[:SS]]"
+)
+_NAMED_HOURS = {"midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
+
+
+def parse_begin_time(text: str, option: str = "--begin", now: float | None = None) -> float:
+    """sbatch --begin / --deadline values -> epoch seconds (local time, as Slurm reads them). A time of day
+    that has passed today means tomorrow; so do midnight, noon and teatime; a bare date is its midnight."""
+    now = time.time() if now is None else now
+    value = text.strip().lower()
+
+    def bad() -> CliError:
+        return CliError(f"invalid {option} value '{text}': use {BEGIN_TIME_FORMS}")
+
+    if value.startswith("now"):
+        rest = value[3:].replace(" ", "")
+        if not rest:
+            return now
+        if rest[0] != "+":
+            raise bad()
+        digits = rest[1:].rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = rest[1 + len(digits) :] or "seconds"
+        if not is_number(digits) or unit not in _UNIT_SECONDS:
+            raise bad()
+        offset = bounded_int(digits, 10**12)
+        if offset is None or offset * _UNIT_SECONDS[unit] > 10**12:
+            raise CliError(f"invalid {option} value '{text}': that is more than 30,000 years from now")
+        return now + offset * _UNIT_SECONDS[unit]
+    today = time.localtime(now)
+
+    def at(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
+        if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= 31):
+            raise bad()
+        if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
+            raise bad()
+        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+
+    def next_at(hour: int, minute: int = 0, second: int = 0) -> float:
+        moment = at(today.tm_year, today.tm_mon, today.tm_mday, hour, minute, second)
+        if moment <= now:  # passed today: the same time tomorrow (mktime normalises day 32)
+            moment = time.mktime((today.tm_year, today.tm_mon, today.tm_mday + 1, hour, minute, second, 0, 0, -1))
+        return moment
+
+    if value == "today":
+        return at(today.tm_year, today.tm_mon, today.tm_mday)
+    if value == "tomorrow":
+        return time.mktime((today.tm_year, today.tm_mon, today.tm_mday + 1, 0, 0, 0, 0, 0, -1))
+    if value in _NAMED_HOURS:
+        return next_at(_NAMED_HOURS[value])
+
+    def clock(part: str) -> tuple[int, int, int]:
+        meridiem = ""
+        for suffix in ("am", "pm"):
+            if part.endswith(suffix):
+                meridiem, part = suffix, part[: -len(suffix)].strip()
+        pieces = part.split(":")
+        if not 2 <= len(pieces) <= 3 or not all(is_number(p) and len(p) <= 2 for p in pieces):
+            raise bad()
+        hour, minute, second = (int(p) for p in (pieces + ["0"])[:3])
+        if meridiem:
+            if not 1 <= hour <= 12:
+                raise bad()
+            hour = hour % 12 + (12 if meridiem == "pm" else 0)
+        return hour, minute, second
+
+    if ":" in value and not any(sep in value for sep in "/-t."):
+        return next_at(*clock(value))
+    if len(value) >= 10 and value[4] == "-":  # YYYY-MM-DD[THH:MM[:SS]]
+        date_part, _, clock_part = value.partition("t")
+        pieces = date_part.split("-")
+        if len(pieces) != 3 or not all(is_number(p) and len(p) <= 4 for p in pieces):
+            raise bad()
+        year, month, day = (int(p) for p in pieces)
+        return at(year, month, day, *(clock(clock_part) if clock_part else (0, 0, 0)))
+    date_part, _, clock_part = value.partition("-")  # MM/DD[/YY][-HH:MM[:SS]], MM.DD[.YY], MMDD[YY]
+    separator = "/" if "/" in date_part else "." if "." in date_part else ""
+    if separator:
+        pieces = date_part.split(separator)
+    elif len(date_part) in (4, 6) and is_number(date_part):
+        pieces = [date_part[i : i + 2] for i in range(0, len(date_part), 2)]
+    else:
+        raise bad()
+    if not 2 <= len(pieces) <= 3 or not all(is_number(p) and len(p) <= 4 for p in pieces):
+        raise bad()
+    month, day = int(pieces[0]), int(pieces[1])
+    year = int(pieces[2]) if len(pieces) == 3 else today.tm_year
+    year = year + 2000 if year < 100 else year
+    moment = at(year, month, day, *(clock(clock_part) if clock_part else (0, 0, 0)))
+    if len(pieces) == 2 and moment < now - 86400:  # a date without a year that has passed: next year's
+        moment = at(year + 1, month, day, *(clock(clock_part) if clock_part else (0, 0, 0)))
+    return moment
