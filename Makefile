@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup test test-lane-hosts test-lane-processes test-unit test-molecule test-upgrade test-sanity lint demo demo-down bench bench-slurm clean protos
+.PHONY: setup test test-lane-hosts test-lane-processes test-unit test-molecule test-upgrade test-sanity test-clients lint demo demo-down bench bench-slurm clean protos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,9 @@ SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sani
 LOCAL_SCENARIO := tests/molecule/test_scenarios.py::test_local_scenario_deploys_converges_and_runs_a_job
 SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
 TIER2_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_on_systemd_hosts
-HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(LOCAL_SCENARIO) tests/demo
+# tests/clients: submitit, dask-jobqueue and snakemake from PyPI (pinned in tests/clients/constraints.txt, in a
+# .venv-clients of their own) against a loopback cluster with accounting.
+HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(LOCAL_SCENARIO) tests/demo tests/clients
 # Lint runs first in the process lane, not before both: the host lane, the longer one, starts at once.
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
@@ -42,7 +44,7 @@ test-lane-hosts: setup
 
 test-lane-processes: setup lint
 	@echo "== process lane: tests/ but the host lane"
-	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo \
+	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo --ignore=tests/clients \
 		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE) --deselect $(LOCAL_SCENARIO)
 
 test-molecule: setup
@@ -53,6 +55,9 @@ test-sanity: setup
 
 test-upgrade: setup
 	$(BIN)/python -m pytest -q tests/molecule/test_upgrade.py tests/demo
+
+test-clients: setup
+	$(BIN)/python -m pytest -q tests/clients
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
@@ -75,4 +80,4 @@ protos: setup
 	$(BIN)/python tools/gen_protos.py
 
 clean:
-	rm -rf $(VENV) .spur-demo .pytest_cache
+	rm -rf $(VENV) .venv-clients .venv-clients.lock .spur-demo .pytest_cache
