@@ -265,7 +265,8 @@ def test_a_row_the_database_refuses_does_not_block_the_others(pg_database: Datab
     assert writer.reconcile([job(1, "COMPLETED", 1), bad, job(3, "COMPLETED", 1)]) == 2
     assert sorted(stored(pg_database)) == [1, 3]
     health = writer.health()
-    assert health["rejected"] == 1 and health["backlog"] == 0 and health["connected"]
+    # Refused: job 2's row and its batch step's (the same exit code).
+    assert health["rejected"] == 2 and health["backlog"] == 0 and health["connected"]
     assert writer.reconcile([job(1, "COMPLETED", 1), bad, job(3, "COMPLETED", 1)]) == 0  # not retried
 
 

@@ -84,6 +84,53 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX spur_jobs_user ON spur_jobs ("user", submit_time);
         """,
     ),
+    Migration(
+        2,
+        "array tasks, the spec fields sacct shows, and job steps",
+        """
+        -- Additive only: a controller of the previous release keeps writing spur_jobs on its open
+        -- connection (its COPY names the old columns; these take their defaults).
+        ALTER TABLE spur_jobs
+            ADD COLUMN array_job_id      bigint      NOT NULL DEFAULT 0,
+            ADD COLUMN array_task_id     bigint,
+            ADD COLUMN array_pending     text        NOT NULL DEFAULT '',
+            ADD COLUMN array_max_running integer     NOT NULL DEFAULT 0,
+            ADD COLUMN detail_version    bigint      NOT NULL DEFAULT 0,
+            ADD COLUMN "comment"         text        NOT NULL DEFAULT '',
+            ADD COLUMN wckey             text        NOT NULL DEFAULT '',
+            ADD COLUMN qos               text        NOT NULL DEFAULT '',
+            ADD COLUMN constraints       text        NOT NULL DEFAULT '',
+            ADD COLUMN req_nodelist      text        NOT NULL DEFAULT '',
+            ADD COLUMN exc_nodelist      text        NOT NULL DEFAULT '',
+            ADD COLUMN restart_count     integer     NOT NULL DEFAULT 0,
+            ADD COLUMN eligible_time     timestamptz,
+            ADD COLUMN std_out           text        NOT NULL DEFAULT '',
+            ADD COLUMN std_err           text        NOT NULL DEFAULT '';
+        -- sacct -j N lists every task of array N; --name is snakemake's status poll.
+        CREATE INDEX spur_jobs_array ON spur_jobs (cluster_id, array_job_id) WHERE array_job_id <> 0;
+        CREATE INDEX spur_jobs_name ON spur_jobs (name, submit_time);
+        -- One row per step of a job (N.batch, N.0, N.1, ...), the latest attempt's.
+        CREATE TABLE spur_steps (
+            cluster_id      text        NOT NULL,
+            job_id          bigint      NOT NULL,
+            step_id         text        NOT NULL,
+            attempt         integer     NOT NULL DEFAULT 0,
+            record_version  bigint      NOT NULL,
+            name            text        NOT NULL DEFAULT '',
+            state           text        NOT NULL,
+            exit_code       integer     NOT NULL DEFAULT 0,
+            signal          integer     NOT NULL DEFAULT 0,
+            nodes           text        NOT NULL DEFAULT '',
+            tasks           integer     NOT NULL DEFAULT 1,
+            cpus_per_task   integer     NOT NULL DEFAULT 1,
+            cpus            integer,
+            start_time      timestamptz,
+            end_time        timestamptz,
+            updated_at      timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (cluster_id, job_id, step_id)
+        );
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version  # the newest schema this release knows

@@ -9,6 +9,9 @@ Time window (-S start, -E end), as slurmdbd computes it (the window is [S, E)):
   point of the window, RUNNING when it ran during it, a finished state when the job ended in the window
   in that state.
 - E is moved one second later when it equals S or now, so the current second is included.
+
+Job ids select a job by its own id or by its array's (sacct -j 12 lists every task of array 12). Each record
+carries its steps (spur_steps rows of the job's latest attempt) under "steps", as the replicated job does.
 """
 
 from __future__ import annotations
@@ -22,36 +25,21 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from spur_hpc.accounting.errors import AccountingError, AccountingUnavailable
-from spur_hpc.model import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    FINISHED_STATES,
-    NO_REASON,
-    NODE_FAIL,
-    PENDING,
-    RUNNING,
-    TIMEOUT,
-)
+from spur_hpc.model import FINISHED_STATES, JOB_STATE_CODES, JOB_STATES, NO_REASON, PENDING, RUNNING
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-# sacct -s accepts long names and these short forms, in any case.
-STATE_NAMES = {
-    "PD": PENDING,
-    "R": RUNNING,
-    "CD": COMPLETED,
-    "F": FAILED,
-    "CA": CANCELLED,
-    "TO": TIMEOUT,
-    "NF": NODE_FAIL,
-    **{s: s for s in (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL)},
-}
+# sacct -s accepts long names and the short forms, in any case.
+STATE_NAMES = {**{code: state for state, code in JOB_STATE_CODES.items()}, **{s: s for s in JOB_STATES}}
 
 _RESULT_COLUMNS = (
     'cluster_id, job_id, attempt, name, "user", uid, gid, account, partition, state, reason, exit_code, signal, '
     "submit_time, start_time, end_time, nodes, cpus, req_nodes, tasks, cpus_per_task, memory_mb, time_limit_secs, "
-    "work_dir, updated_at"
+    'work_dir, updated_at, array_job_id, array_task_id, array_pending, array_max_running, "comment", wckey, qos, '
+    "constraints, req_nodelist, exc_nodelist, restart_count, eligible_time, std_out, std_err"
+)
+_STEP_RESULT_COLUMNS = (
+    "job_id, step_id, attempt, name, state, exit_code, signal, nodes, tasks, cpus_per_task, start_time, end_time"
 )
 # Row columns that belong in the record's "spec", as in the replicated job (controller/state.py).
 _SPEC_COLUMNS = {
@@ -67,6 +55,14 @@ _SPEC_COLUMNS = {
     "memory_mb": "memory_mb",
     "time_limit_secs": "time_limit_secs",
     "work_dir": "work_dir",
+    "comment": "comment",
+    "wckey": "wckey",
+    "qos": "qos",
+    "constraints": "constraint",
+    "req_nodelist": "nodelist",
+    "exc_nodelist": "exclude",
+    "std_out": "stdout_path",
+    "std_err": "stderr_path",
 }
 
 
@@ -154,6 +150,7 @@ def query_jobs(
     end: TimeArg = None,
     states: Iterable[str] = (),
     *,
+    names: Iterable[str] = (),
     now: TimeArg = None,
 ) -> list[dict[str, Any]]:
     """Job records as sacct selects them, ordered by job id (then cluster, then submit time).
@@ -162,11 +159,14 @@ def query_jobs(
     job into a Job message serves sacct too: job_id, spec{name, user, uid, gid, account, partition, nodes,
     tasks, cpus_per_task, memory_mb, time_limit_secs, work_dir}, state, reason, exit_code, signal,
     submit_time/start_time/end_time (epoch seconds, 0.0 when not yet), nodes (list), attempt,
-    cancel_requested (False); plus cluster_id, cpus (allocated) and updated_at.
-    cluster_id None means every cluster in the database.
+    cancel_requested (False), array_job_id, array_task_id, array_pending, array_max_running, restart_count,
+    eligible_time, steps {step_id: step record}; plus cluster_id, cpus (allocated) and updated_at.
+    cluster_id None means every cluster in the database. A job id selects that job and, when it is an array's
+    id, every task of the array; names select by job name.
     """
     ids = [int(j) for j in job_ids]
     wanted_users = [str(u) for u in users]
+    wanted_names = [str(n) for n in names]
     wanted_states = normalize_states(states)
     s, e = sacct_window(start, end, job_ids=ids, states=wanted_states, now=now)
 
@@ -176,11 +176,16 @@ def query_jobs(
         conditions.append(sql.SQL("cluster_id = %s"))
         params.append(cluster_id)
     if ids:
-        conditions.append(sql.SQL("job_id = ANY(%s::bigint[])"))
-        params.append(ids)
+        conditions.append(
+            sql.SQL("(job_id = ANY(%s::bigint[]) OR (array_job_id <> 0 AND array_job_id = ANY(%s::bigint[])))")
+        )
+        params.extend([ids, ids])
     if wanted_users:
         conditions.append(sql.SQL('"user" = ANY(%s::text[])'))
         params.append(wanted_users)
+    if wanted_names:
+        conditions.append(sql.SQL("name = ANY(%s::text[])"))
+        params.append(wanted_names)
     if wanted_states:
         parts = []
         for state in wanted_states:
@@ -204,6 +209,7 @@ def query_jobs(
     try:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(query, params).fetchall()
+            steps = _steps_of(cur, rows)
     except psycopg.errors.UndefinedTable:
         raise AccountingError(
             "the accounting database has no job table yet; spurctld creates it when it first connects"
@@ -212,7 +218,39 @@ def query_jobs(
         if conn.broken or conn.closed:
             raise AccountingUnavailable(f"accounting database connection lost: {type(exc).__name__}") from None
         raise
-    return [_as_record(row) for row in rows]
+    records = [_as_record(row) for row in rows]
+    for record in records:
+        record["steps"] = {
+            step["step_id"]: step
+            for step in steps.get((record["cluster_id"], record["job_id"]), [])
+            if step["attempt"] == record["attempt"]  # a requeued job's earlier steps are not its current ones
+        }
+    return records
+
+
+def _steps_of(cur: psycopg.Cursor, rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The step rows of these jobs, by (cluster_id, job_id), in step order (batch first, then 0, 1, ...)."""
+    if not rows:
+        return {}
+    found = cur.execute(
+        sql.SQL(
+            "SELECT cluster_id, {cols} FROM spur_steps WHERE (cluster_id, job_id) IN "
+            "(SELECT * FROM unnest(%s::text[], %s::bigint[]))"
+        ).format(cols=sql.SQL(_STEP_RESULT_COLUMNS)),
+        ([r["cluster_id"] for r in rows], [r["job_id"] for r in rows]),
+    ).fetchall()
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for step in sorted(found, key=lambda s: (s["step_id"] != "batch", _step_number(s["step_id"]), s["step_id"])):
+        key = (step.pop("cluster_id"), step["job_id"])
+        step.pop("job_id")
+        step["nodes"] = [n for n in (step["nodes"] or "").split(",") if n]
+        step["start_time"], step["end_time"] = _epoch(step["start_time"]), _epoch(step["end_time"])
+        out.setdefault(key, []).append(step)
+    return out
+
+
+def _step_number(step_id: str) -> int:
+    return int(step_id) if step_id.isdigit() else -1
 
 
 def _epoch(value: datetime | None) -> float:
@@ -240,6 +278,12 @@ def _as_record(row: dict[str, Any]) -> dict[str, Any]:
         "cancel_requested": False,  # not recorded: a finished job's state already says how it ended
         "cpus": row["cpus"] or 0,
         "updated_at": _epoch(row["updated_at"]),
+        "array_job_id": row["array_job_id"] or 0,
+        "array_task_id": row["array_task_id"] or 0,
+        "array_pending": row["array_pending"] or "",
+        "array_max_running": row["array_max_running"] or 0,
+        "restart_count": row["restart_count"] or 0,
+        "eligible_time": _epoch(row["eligible_time"]),
     }
 
 

@@ -10,6 +10,9 @@ during a leadership change, can neither duplicate nor regress a record.
 While the database is down reconcile() returns at once (short connect timeout, no retry storm),
 health() reports connected=False and the backlog, and the next reconcile() after it is back writes
 everything outstanding: nothing is queued in memory that the replicated table does not already hold.
+
+Steps (records.steps_of: the job's step records plus its batch step) go to spur_steps the same way, keyed by
+(cluster_id, job_id, step_id), in the same pass and batches as their jobs.
 """
 
 from __future__ import annotations
@@ -36,7 +39,16 @@ from spur_hpc.accounting.connection import (
     settings_from_config,
 )
 from spur_hpc.accounting.errors import AccountingError, AccountingUnavailable
-from spur_hpc.accounting.records import COLUMNS, job_row, record_version
+from spur_hpc.accounting.records import (
+    COLUMNS,
+    STEP_COLUMNS,
+    job_row,
+    record_version,
+    row_version,
+    step_row,
+    step_version,
+    steps_of,
+)
 from spur_hpc.conf import Config, ConfigError
 from spur_hpc.model import FINISHED_STATES
 
@@ -46,23 +58,53 @@ DEFAULT_BATCH_SIZE = 5000  # rows per transaction: large enough for COPY to pay 
 DEFAULT_RETRY_INTERVAL_SECS = 1.0
 STATEMENT_TIMEOUT_SECS = 60
 
-_INCOMING = "spur_jobs_incoming"
-_UPDATED = [c for c in COLUMNS if c not in ("cluster_id", "job_id")]
 
-# COPY into a per-connection temporary table, then one INSERT ... ON CONFLICT: one round trip per
-# batch instead of one per row. The WHERE makes the upsert monotonic and the same version a no-op.
-_MERGE = sql.SQL(
-    "INSERT INTO spur_jobs AS j ({cols}) SELECT {cols} FROM {incoming} "
-    "ON CONFLICT (cluster_id, job_id) DO UPDATE SET {updates}, updated_at = now() "
-    "WHERE j.record_version < EXCLUDED.record_version "
-    "RETURNING j.job_id"
-).format(
-    cols=sql.SQL(", ").join(map(sql.Identifier, COLUMNS)),
-    incoming=sql.Identifier(_INCOMING),
-    updates=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in _UPDATED),
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """How rows of one table are merged: COPY into a per-connection temporary table, then one INSERT ... ON
+    CONFLICT (one round trip per batch instead of one per row). `newer` makes the upsert monotonic and the
+    same version a no-op."""
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    newer: str
+
+    @property
+    def incoming(self) -> str:
+        return f"{self.name}_incoming"
+
+    def merge(self) -> sql.Composed:
+        updated = [c for c in self.columns if c not in self.key]
+        return sql.SQL(
+            "INSERT INTO {table} AS j ({cols}) SELECT {cols} FROM {incoming} "
+            "ON CONFLICT ({key}) DO UPDATE SET {updates}, updated_at = now() "
+            "WHERE {newer} RETURNING j.job_id"
+        ).format(
+            table=sql.Identifier(self.name),
+            cols=sql.SQL(", ").join(map(sql.Identifier, self.columns)),
+            incoming=sql.Identifier(self.incoming),
+            key=sql.SQL(", ").join(map(sql.Identifier, self.key)),
+            updates=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updated),
+            newer=sql.SQL(self.newer),
+        )
+
+    def copy(self) -> sql.Composed:
+        return sql.SQL("COPY {incoming} ({cols}) FROM STDIN").format(
+            incoming=sql.Identifier(self.incoming), cols=sql.SQL(", ").join(map(sql.Identifier, self.columns))
+        )
+
+
+_JOBS = _Table(
+    "spur_jobs",
+    COLUMNS,
+    ("cluster_id", "job_id"),
+    "(j.record_version, j.detail_version) < (EXCLUDED.record_version, EXCLUDED.detail_version)",
 )
-_COPY = sql.SQL("COPY {incoming} ({cols}) FROM STDIN").format(
-    incoming=sql.Identifier(_INCOMING), cols=sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+# One job's share of a pass: (job id, the job when its row is behind or None, its steps whose rows are behind).
+_Due = tuple[int, Mapping[str, Any] | None, list[Mapping[str, Any]]]
+_STEPS = _Table(
+    "spur_steps", STEP_COLUMNS, ("cluster_id", "job_id", "step_id"), "j.record_version < EXCLUDED.record_version"
 )
 
 
@@ -115,9 +157,10 @@ class AccountingWriter:
         self.batch_size = max(1, batch_size)
         self._clock = clock
         self._conn: psycopg.Connection | None = None
-        self._known: dict[int, int] = {}  # job_id -> record version known to be stored
+        self._known: dict[int, tuple[int, int]] = {}  # job_id -> row version known to be stored
+        self._known_steps: dict[tuple[int, str], int] = {}  # (job_id, step_id) -> step version known to be stored
         self._known_trusted = False  # False until read back from the database after a (re)connect
-        self._rejected: dict[int, int] = {}  # job_id -> version the database refused (bad data), not retried
+        self._rejected: dict[Any, Any] = {}  # job_id or (job_id, step_id) -> version the database refused
         self._next_connect = 0.0
         self._io = threading.Lock()  # one database conversation at a time
         self._known_lock = threading.Lock()  # recorded_job_ids_before() must not wait for database I/O
@@ -154,7 +197,10 @@ class AccountingWriter:
             latest = self._latest_by_id(jobs)
             with self._known_lock:
                 self._known = {job_id: v for job_id, v in self._known.items() if job_id in latest}
-            self._rejected = {job_id: v for job_id, v in self._rejected.items() if job_id in latest}
+                self._known_steps = {k: v for k, v in self._known_steps.items() if k[0] in latest}
+            self._rejected = {
+                k: v for k, v in self._rejected.items() if (k[0] if isinstance(k, tuple) else k) in latest
+            }
             was_connected = self.health()["connected"]
             try:
                 written = self._sync(latest)
@@ -181,16 +227,21 @@ class AccountingWriter:
         """Ids of the given finished jobs that ended before `before` and whose final record is stored.
 
         Only these may be purged from the replicated state (jobs_purge keeps the others): a job's
-        history must be in accounting before the controller forgets it.
+        history, its steps included, must be in accounting before the controller forgets it.
         """
         with self._known_lock:
             known = dict(self._known)
+            known_steps = dict(self._known_steps)
         return {
             int(job["job_id"])
             for job in jobs
             if job["state"] in FINISHED_STATES
             and 0 < float(job.get("end_time") or 0) < before
-            and known.get(int(job["job_id"]), 0) >= record_version(job)
+            and known.get(int(job["job_id"]), (0, 0))[0] >= record_version(job)
+            and all(
+                known_steps.get((int(job["job_id"]), str(step["step_id"])), 0) >= step_version(step)
+                for step in steps_of(job)
+            )
         }
 
     def close(self) -> None:
@@ -209,12 +260,19 @@ class AccountingWriter:
                 latest[job_id] = job
         return latest
 
-    def _due(self, latest: Mapping[int, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def _due(self, latest: Mapping[int, Mapping[str, Any]]) -> list[_Due]:
+        """Per job with anything due: its id, the job when its row is behind (else None), its steps that are."""
         due = []
         for job_id, job in latest.items():
-            version = record_version(job)
-            if version > self._known.get(job_id, 0) and self._rejected.get(job_id) != version:
-                due.append(job)
+            version = row_version(job)
+            job_due = version > self._known.get(job_id, (0, 0)) and self._rejected.get(job_id) != version
+            steps = []
+            for step in steps_of(job):
+                key, step_v = (job_id, str(step["step_id"])), step_version(step)
+                if step_v > self._known_steps.get(key, 0) and self._rejected.get(key) != step_v:
+                    steps.append(step)
+            if job_due or steps:
+                due.append((job_id, job if job_due else None, steps))
         return due
 
     def _sync(self, latest: Mapping[int, Mapping[str, Any]]) -> int:
@@ -245,54 +303,76 @@ class AccountingWriter:
     def _read_back(self, conn: psycopg.Connection, job_ids: list[int]) -> None:
         """After a (re)connect, learn what the database really holds (it may have been restored or written by
         another leader) instead of trusting this process's memory."""
+        # bigint[]: an untyped list of small ints would be sent as smallint[] and miss the key index.
         rows = conn.execute(
-            # bigint[]: an untyped list of small ints would be sent as smallint[] and miss the key index.
-            "SELECT job_id, record_version FROM spur_jobs WHERE cluster_id = %s AND job_id = ANY(%s::bigint[])",
+            "SELECT job_id, record_version, detail_version FROM spur_jobs "
+            "WHERE cluster_id = %s AND job_id = ANY(%s::bigint[])",
+            (self.cluster_id, job_ids),
+        ).fetchall()
+        step_rows = conn.execute(
+            "SELECT job_id, step_id, record_version FROM spur_steps "
+            "WHERE cluster_id = %s AND job_id = ANY(%s::bigint[])",
             (self.cluster_id, job_ids),
         ).fetchall()
         with self._known_lock:
-            self._known = {int(job_id): int(version) for job_id, version in rows}
+            self._known = {int(job_id): (int(version), int(detail)) for job_id, version, detail in rows}
+            self._known_steps = {(int(job_id), step_id): int(version) for job_id, step_id, version in step_rows}
         self._known_trusted = True
 
-    def _write_chunk(self, conn: psycopg.Connection, chunk: list[Mapping[str, Any]]) -> int:
-        rows = [job_row(self.cluster_id, job) for job in chunk]
+    def _write_chunk(self, conn: psycopg.Connection, chunk: list[_Due]) -> int:
+        """Write the due jobs and steps of a chunk; return how many job rows changed."""
+        rows = [job_row(self.cluster_id, job) for _job_id, job, _steps in chunk if job is not None]
+        steps = [step_row(self.cluster_id, job_id, step) for job_id, _job, due in chunk for step in due]
+        changed = self._merge_all(conn, _JOBS, rows) if rows else 0
+        if steps:
+            self._merge_all(conn, _STEPS, steps)
+        with self._known_lock:
+            for row in rows:
+                job_id, version = row[1], (row[3], row[COLUMNS.index("detail_version")])
+                if self._rejected.get(job_id) != version:
+                    self._known[job_id] = max(self._known.get(job_id, (0, 0)), version)
+            for row in steps:
+                key, version = (row[1], row[2]), row[4]
+                if self._rejected.get(key) != version:
+                    self._known_steps[key] = max(self._known_steps.get(key, 0), version)
+        return changed
+
+    def _merge_all(self, conn: psycopg.Connection, table: _Table, rows: list[tuple[Any, ...]]) -> int:
         try:
-            changed = self._merge(conn, rows)
+            return self._merge(conn, table, rows)
         except (psycopg.DataError, psycopg.IntegrityError):
             if conn.broken:
                 raise
             # One bad row must not block every other record forever: find it row by row.
-            changed = self._merge_one_by_one(conn, rows)
-        with self._known_lock:
-            for row in rows:
-                job_id, version = row[1], row[3]
-                if self._rejected.get(job_id) != version:
-                    self._known[job_id] = max(self._known.get(job_id, 0), version)
-        return changed
+            return self._merge_one_by_one(conn, table, rows)
 
-    def _merge(self, conn: psycopg.Connection, rows: list[tuple[Any, ...]]) -> int:
+    def _merge(self, conn: psycopg.Connection, table: _Table, rows: list[tuple[Any, ...]]) -> int:
         with conn.transaction(), conn.cursor() as cur:
-            with cur.copy(_COPY) as copy:
+            with cur.copy(table.copy()) as copy:
                 for row in rows:
                     copy.write_row(row)
-            cur.execute(_MERGE)
+            cur.execute(table.merge())
             return len(cur.fetchall())
 
-    def _merge_one_by_one(self, conn: psycopg.Connection, rows: list[tuple[Any, ...]]) -> int:
+    def _merge_one_by_one(self, conn: psycopg.Connection, table: _Table, rows: list[tuple[Any, ...]]) -> int:
         changed = 0
         for row in rows:
             try:
-                changed += self._merge(conn, [row])
+                changed += self._merge(conn, table, [row])
             except (psycopg.DataError, psycopg.IntegrityError) as exc:
                 if conn.broken:
                     raise
-                self._rejected[row[1]] = row[3]
+                if table is _STEPS:
+                    what, key, version = f"step {row[1]}.{row[2]}", (row[1], row[2]), row[4]
+                else:
+                    what, key, version = f"job {row[1]}", row[1], (row[3], row[COLUMNS.index("detail_version")])
+                self._rejected[key] = version
                 with self._status_lock:
                     self._status.rejected = len(self._rejected)
                 log.error(
-                    "accounting: the database refused job %s (record version %s): %s; it is skipped until it changes",
-                    row[1],
-                    row[3],
+                    "accounting: the database refused %s (record version %s): %s; it is skipped until it changes",
+                    what,
+                    row[4] if table is _STEPS else row[3],
                     describe_error(exc, self.settings.password),
                 )
         return changed
@@ -318,11 +398,12 @@ class AccountingWriter:
                 "SET last_seen = now(), name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE c.name END",
                 (self.cluster_id, self.cluster_name),
             )
-            conn.execute(
-                sql.SQL("CREATE TEMP TABLE {} (LIKE spur_jobs INCLUDING DEFAULTS) ON COMMIT DELETE ROWS").format(
-                    sql.Identifier(_INCOMING)
+            for table in (_JOBS, _STEPS):
+                conn.execute(
+                    sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS").format(
+                        sql.Identifier(table.incoming), sql.Identifier(table.name)
+                    )
                 )
-            )
         except psycopg.Error as exc:
             conn.close()
             raise self._unavailable(exc) from None

@@ -1,0 +1,223 @@
+"""Accounting of array tasks, job steps and the spec fields sacct shows, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pg
+from pg import Database
+from spur_hpc.accounting import AccountingWriter, connect, migrate, query_jobs
+from spur_hpc.accounting.connection import ConnectionSettings
+from spur_hpc.accounting.migrations import MIGRATIONS
+
+pg_server, pg_database = pg.pg_server, pg.pg_database  # pytest fixtures, bound by name
+
+CLUSTER = "11111111-aaaa-4bbb-8ccc-000000000001"
+T0 = 1_700_000_000.0
+
+
+def job(job_id: int, state: str = "PENDING", attempt: int = 0, **fields: object) -> dict:
+    record = {
+        "job_id": job_id,
+        "spec": {
+            "name": f"job{job_id}",
+            "user": "alice",
+            "uid": 1000,
+            "nodes": 1,
+            "tasks": 1,
+            "cpus_per_task": 2,
+            "work_dir": "/home/alice",
+        },
+        "state": state,
+        "reason": "None",
+        "exit_code": 0,
+        "signal": 0,
+        "submit_time": T0 + job_id,
+        "start_time": 0.0 if state == "PENDING" else T0 + job_id + 10,
+        "end_time": 0.0 if state in ("PENDING", "RUNNING") else T0 + job_id + 100,
+        "nodes": [] if state == "PENDING" else ["node1", "node2"],
+        "attempt": attempt,
+    }
+    record.update(fields)
+    return record
+
+
+def step(step_id: str, state: str, attempt: int = 1, **fields: object) -> dict:
+    record = {
+        "step_id": step_id,
+        "name": "python3",
+        "state": state,
+        "nodes": ["node1", "node2"],
+        "tasks": 4,
+        "cpus_per_task": 1,
+        "exit_code": 0,
+        "signal": 0,
+        "start_time": T0 + 20,
+        "end_time": 0.0 if state == "RUNNING" else T0 + 30,
+        "attempt": attempt,
+    }
+    record.update(fields)
+    return record
+
+
+def writer_for(db: Database) -> AccountingWriter:
+    return AccountingWriter(db.url, db.password, CLUSTER, retry_interval_secs=0)
+
+
+def query(db: Database, **filters: object) -> list[dict]:
+    with connect(ConnectionSettings(url=db.url, password=db.password)) as conn:
+        return query_jobs(conn, cluster_id=CLUSTER, now=T0 + 10_000, **filters)
+
+
+def step_rows(db: Database) -> list[tuple]:
+    with db.admin_connect() as conn:
+        return conn.execute(
+            "SELECT job_id, step_id, state, exit_code, nodes, tasks FROM spur_steps ORDER BY job_id, step_id"
+        ).fetchall()
+
+
+def test_a_started_batch_job_has_a_batch_step_that_ends_as_slurm_shows_it(pg_database: Database) -> None:
+    writer = writer_for(pg_database)
+    writer.reconcile(
+        [
+            job(1),
+            job(2, "RUNNING", 1),
+            job(3, "FAILED", 1, exit_code=3),
+            job(4, "TIMEOUT", 1),
+            job(5, "OUT_OF_MEMORY", 1),
+            job(6, "COMPLETED", 1, spec={"interactive": True}),
+        ]
+    )
+    assert step_rows(pg_database) == [
+        (2, "batch", "RUNNING", 0, "node1", 1),  # on the first node only
+        (3, "batch", "FAILED", 3, "node1", 1),
+        (4, "batch", "CANCELLED", 0, "node1", 1),  # the batch shell of a timed-out job is killed
+        (5, "batch", "OUT_OF_MEMORY", 0, "node1", 1),
+    ]  # a pending job has none, and neither has an interactive allocation
+    writer.reconcile([job(2, "COMPLETED", 1)])
+    assert step_rows(pg_database)[0][2] == "COMPLETED"
+
+
+def test_steps_are_written_as_they_change_and_purge_waits_for_them(pg_database: Database) -> None:
+    writer = writer_for(pg_database)
+    running = job(7, "RUNNING", 1, steps={"0": step("0", "RUNNING")})
+    writer.reconcile([running])
+    assert step_rows(pg_database) == [(7, "0", "RUNNING", 0, "node1,node2", 4), (7, "batch", "RUNNING", 0, "node1", 1)]
+    # The job's own row does not change while its step does: the step's row still follows.
+    assert writer.reconcile([job(7, "RUNNING", 1, steps={"0": step("0", "FAILED", exit_code=2)})]) == 0
+    assert step_rows(pg_database)[0][2:4] == ("FAILED", 2)
+    done = job(7, "COMPLETED", 1, steps={"0": step("0", "FAILED", exit_code=2), "1": step("1", "COMPLETED")})
+    assert writer.recorded_job_ids_before([done], before=T0 + 10_000) == set()  # step 1 is not stored yet
+    writer.reconcile([done])
+    assert writer.recorded_job_ids_before([done], before=T0 + 10_000) == {7}
+    # A new leader reads back what is stored and writes nothing again.
+    assert writer_for(pg_database).reconcile([done]) == 0 and len(step_rows(pg_database)) == 3
+    (record,) = query(pg_database, job_ids=[7])
+    assert list(record["steps"]) == ["batch", "0", "1"]
+    assert record["steps"]["0"] == {
+        "step_id": "0",
+        "attempt": 1,
+        "name": "python3",
+        "state": "FAILED",
+        "exit_code": 2,
+        "signal": 0,
+        "nodes": ["node1", "node2"],
+        "tasks": 4,
+        "cpus_per_task": 1,
+        "start_time": T0 + 20,
+        "end_time": T0 + 30,
+    }
+
+
+def test_a_requeued_job_shows_only_the_steps_of_its_latest_attempt(pg_database: Database) -> None:
+    writer = writer_for(pg_database)
+    writer.reconcile([job(8, "RUNNING", 1, steps={"0": step("0", "RUNNING")})])
+    writer.reconcile([job(8, "RUNNING", 2)])
+    (record,) = query(pg_database, job_ids=[8])
+    assert list(record["steps"]) == ["batch"] and record["steps"]["batch"]["attempt"] == 2
+
+
+def test_an_arrays_tasks_are_selected_by_the_arrays_id(pg_database: Database) -> None:
+    writer = writer_for(pg_database)
+    array = {"array": "0-3"}
+    parent = job(10, spec={**job(10)["spec"], **array}, array_job_id=10, array_pending="2-3", array_max_running=0)
+    tasks = [
+        job(11, "COMPLETED", 1, spec={**job(11)["spec"], **array}, array_job_id=10, array_task_id=0),
+        job(12, "RUNNING", 1, spec={**job(12)["spec"], **array}, array_job_id=10, array_task_id=1),
+    ]
+    writer.reconcile([parent, *tasks, job(13, "COMPLETED", 1)])
+    found = query(pg_database, job_ids=[10])
+    assert [(r["job_id"], r["array_job_id"], r["array_task_id"], r["array_pending"]) for r in found] == [
+        (10, 10, 0, "2-3"),
+        (11, 10, 0, ""),
+        (12, 10, 1, ""),
+    ]
+    assert [r["job_id"] for r in query(pg_database, job_ids=[12])] == [12]  # a task by its own id
+    with pg_database.admin_connect() as conn:
+        (task_id,) = conn.execute("SELECT array_task_id FROM spur_jobs WHERE job_id = 10").fetchone()
+    assert task_id is None  # the array's record stands for its pending tasks, not for task 0
+
+
+def test_an_arrays_pending_range_follows_the_tasks_split_off(pg_database: Database) -> None:
+    # The array's record stays PENDING (the same record version) while tasks split off.
+    writer = writer_for(pg_database)
+    spec = {**job(20)["spec"], "array": "0-3"}
+    writer.reconcile([job(20, spec=spec, array_job_id=20, array_pending="0-3")])
+    writer.reconcile([job(20, spec=spec, array_job_id=20, array_pending="2-3")])
+    assert query(pg_database, job_ids=[20])[0]["array_pending"] == "2-3"
+    # A stale leader that still sees more tasks pending cannot put them back.
+    writer_for(pg_database).reconcile([job(20, spec=spec, array_job_id=20, array_pending="1-3")])
+    assert query(pg_database, job_ids=[20])[0]["array_pending"] == "2-3"
+    # The last task runs in the array's own record.
+    writer.reconcile([job(20, "COMPLETED", 1, spec=spec, array_job_id=20, array_task_id=3, array_pending="")])
+    (record,) = query(pg_database, job_ids=[20])
+    assert (record["state"], record["array_task_id"], record["array_pending"]) == ("COMPLETED", 3, "")
+
+
+def test_sacct_fields_of_the_spec_are_stored_and_names_select(pg_database: Database) -> None:
+    spec = {
+        **job(30)["spec"],
+        "name": "2f0c-uuid",
+        "comment": "rule_a",
+        "wckey": "submitit",
+        "qos": "normal",
+        "constraint": "avx2&ib",
+        "nodelist": "node[1-2]",
+        "exclude": "node3",
+        "stdout_path": "/tmp/%j.out",
+    }
+    writer_for(pg_database).reconcile(
+        [
+            job(30, "DEADLINE", 1, spec=spec, restart_count=2, eligible_time=T0 + 31),
+            job(31, "COMPLETED", 1),
+            job(32, "OUT_OF_MEMORY", 1),
+        ]
+    )
+    (record,) = query(pg_database, names=["2f0c-uuid"], start=T0)
+    assert record["job_id"] == 30 and record["state"] == "DEADLINE"
+    for key in ("comment", "wckey", "qos", "constraint", "nodelist", "exclude", "stdout_path"):
+        assert record["spec"][key] == spec[key], key
+    assert (record["restart_count"], record["eligible_time"]) == (2, T0 + 31)
+    window = {"start": T0, "end": T0 + 1000}
+    assert [r["job_id"] for r in query(pg_database, states=["DL"], **window)] == [30]
+    assert [r["job_id"] for r in query(pg_database, states=["OOM", "CD"], **window)] == [31, 32]
+
+
+def test_a_previous_release_keeps_writing_its_columns_after_the_migration(pg_database: Database) -> None:
+    settings = ConnectionSettings(url=pg_database.url, password=pg_database.password)
+    with connect(settings) as old:
+        migrate(old, MIGRATIONS[:1])  # the previous release's schema
+        old_columns = "cluster_id, job_id, attempt, record_version, state, submit_time"
+        old.execute(
+            f"INSERT INTO spur_jobs ({old_columns}) VALUES (%s, 40, 0, 1, 'PENDING', to_timestamp(%s))", (CLUSTER, T0)
+        )
+        with connect(settings) as new:
+            migrate(new)  # the first upgraded controller, while the old leader's connection stays open
+        # The old leader goes on writing what it knows, on its open connection.
+        old.execute(
+            f"INSERT INTO spur_jobs ({old_columns}) VALUES (%s, 41, 0, 1, 'PENDING', to_timestamp(%s))", (CLUSTER, T0)
+        )
+        old.execute("UPDATE spur_jobs SET state = 'RUNNING', record_version = 10 WHERE job_id = 40")
+    found = {r["job_id"]: r for r in query(pg_database, job_ids=[40, 41])}
+    assert found[40]["state"] == "RUNNING" and found[41]["array_job_id"] == 0 and found[41]["steps"] == {}
+    # The upgraded leader then writes over the old release's rows as usual.
+    writer_for(pg_database).reconcile([job(40, "COMPLETED", 1)])
+    assert query(pg_database, job_ids=[40])[0]["steps"]["batch"]["state"] == "COMPLETED"
