@@ -387,6 +387,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             start=request.start_time or None,
             end=request.end_time or None,
             states=list(request.states),
+            names=list(request.names),
         )
         return slurm_pb2.ListJobsReply(jobs=[job_to_pb(r) for r in records])
 
