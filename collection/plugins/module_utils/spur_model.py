@@ -157,6 +157,139 @@ def bounded_int(text: str, high: int) -> int | None:
     return value if value <= high else None
 
 
+# ------------------------------------------------------------------ pending reasons (squeue's NODELIST(REASON))
+
+REASON_HELD_USER = "JobHeldUser"  # sbatch -H, or scontrol hold by the job's owner
+REASON_HELD_ADMIN = "JobHeldAdmin"  # scontrol hold by an administrator: only an administrator releases it
+REASON_BEGIN_TIME = "BeginTime"  # --begin is still ahead (a requeued job waits a moment too)
+REASON_DEPENDENCY = "Dependency"  # a --dependency that may still be satisfied
+REASON_DEPENDENCY_NEVER = "DependencyNeverSatisfied"  # one that cannot be any more (afterok on a FAILED job)
+REASON_ARRAY_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle is reached
+REASON_DEADLINE = "DeadLine"  # the job ended DEADLINE: still pending at its --deadline
+
+# ------------------------------------------------------------------ job arrays: --array=0-15:2%4
+
+MAX_ARRAY_TASKS = 10001  # tasks of one array (Slurm's MaxArraySize bounds the ids; this bounds the records too)
+MAX_ARRAY_TASK_ID = 4000000  # Slurm's own ceiling of MaxArraySize is 4000001
+
+
+def parse_array_ranges(text: str, what: str = "--array") -> list[int]:
+    """Slurm's task-id list (0-15, 1,3,7, 0-20:4, 1-3,7-9:2) -> the sorted distinct ids. The count is
+    bounded before anything is expanded."""
+    ids = set()
+    count = 0
+    for part in text.split(","):
+        rng, _colon, step_text = part.partition(":")
+        first_text, dash, last_text = rng.partition("-")
+        first, last = (
+            bounded_int(first_text, MAX_ARRAY_TASK_ID),
+            bounded_int(last_text if dash else first_text, MAX_ARRAY_TASK_ID),
+        )
+        step = bounded_int(step_text, MAX_ARRAY_TASK_ID) if _colon else 1
+        if first is None or last is None or step is None or step < 1 or (_colon and not dash):
+            raise InvalidValue(
+                f"{what}={text!r}: {part!r} is not a task id, a range N-M or N-M:STEP "
+                f"(ids from 0 to {MAX_ARRAY_TASK_ID}, e.g. 0-15, 1,3,7 or 0-20:4%2)"
+            )
+        if last < first:
+            raise InvalidValue(f"{what}={text!r}: the range {rng!r} ends before it starts")
+        count += (last - first) // step + 1
+        if count > MAX_ARRAY_TASKS:
+            raise InvalidValue(f"{what}={text!r} has more than {MAX_ARRAY_TASKS} tasks; split it into several arrays")
+        ids.update(range(first, last + 1, step))
+    return sorted(ids)
+
+
+def parse_array(text: str) -> tuple[list[int], int]:
+    """sbatch --array as written (0-15:2%4) -> (the task ids, the %N throttle or 0)."""
+    ranges, percent, limit_text = text.strip().partition("%")
+    limit = 0
+    if percent:
+        value = bounded_int(limit_text, MAX_ARRAY_TASKS)
+        if not value:
+            raise InvalidValue(f"--array={text!r}: the throttle after % must be a number from 1 to {MAX_ARRAY_TASKS}")
+        limit = value
+    if not ranges:
+        raise InvalidValue(f"--array={text!r} names no task ids; write e.g. --array=0-15 or --array=1,3,7%2")
+    return parse_array_ranges(ranges), limit
+
+
+def format_array_ranges(ids: list[int]) -> str:
+    """Sorted distinct task ids -> Slurm's short form: 0-14:2 (one stride), 3-15, 1,3,7, 1-3,7."""
+    if not ids:
+        return ""
+    if len(ids) > 2:
+        stride = ids[1] - ids[0]
+        if stride > 1 and all(ids[i + 1] - ids[i] == stride for i in range(len(ids) - 1)):
+            return f"{ids[0]}-{ids[-1]}:{stride}"
+    parts = []
+    start = prev = ids[0]
+    for n in ids[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ",".join(parts)
+
+
+def first_array_task(ranges: str) -> int:
+    """The lowest id of a non-empty formatted task list, without expanding it."""
+    return int(ranges.split(",", 1)[0].split(":", 1)[0].split("-", 1)[0])
+
+
+def array_task_label(array_job_id: int, task_id: int | None = None, pending: str = "", max_running: int = 0) -> str:
+    """How squeue and sacct name an array's record: 12_3 for a task, 12_[3-15%4] for the pending rest."""
+    if pending:
+        throttle = f"%{max_running}" if max_running else ""
+        return f"{array_job_id}_[{pending}{throttle}]"
+    return f"{array_job_id}_{task_id}"
+
+
+# ------------------------------------------------------------------ dependencies: --dependency=afterok:12:13,singleton
+
+DEPENDENCY_TYPES = ("after", "afterany", "afterok", "afternotok", "singleton")
+MAX_DEPENDENCY_TERMS = 1000  # job ids named in one --dependency
+
+
+def parse_dependency(text: str) -> tuple[bool, list[tuple[str, int, int]]]:
+    """--dependency as written -> (any: '?' separates the terms, else ',' and all must hold; the terms as
+    (type, job id, minutes)). singleton is ('singleton', 0, 0); minutes (after:12+5) only follow after."""
+    text = text.strip()
+    if "," in text and "?" in text:
+        raise InvalidValue(f"--dependency={text!r} mixes ',' (all) and '?' (any); use one of them")
+    any_of = "?" in text
+    terms = []
+    for part in text.split("?" if any_of else ","):
+        kind, _colon, rest = part.partition(":")
+        if kind not in DEPENDENCY_TYPES:
+            raise InvalidValue(
+                f"--dependency={text!r}: {kind!r} is not a dependency type Spur knows; use one of "
+                f"{', '.join(DEPENDENCY_TYPES)} (e.g. afterok:12:13)"
+            )
+        if kind == "singleton":
+            if rest:
+                raise InvalidValue(f"--dependency={text!r}: singleton takes no job ids")
+            terms.append(("singleton", 0, 0))
+            continue
+        if not rest:
+            raise InvalidValue(f"--dependency={text!r}: {kind} needs job ids ({kind}:12 or {kind}:12:13)")
+        for item in rest.split(":"):
+            id_text, plus, minutes_text = item.partition("+")
+            job_id = bounded_int(id_text, INT64_MAX)
+            minutes = bounded_int(minutes_text, 525600) if plus else 0
+            if not job_id or minutes is None or (plus and kind != "after"):
+                raise InvalidValue(
+                    f"--dependency={text!r}: {item!r} is not a job id (a positive number; after:ID+MINUTES "
+                    "also takes minutes)"
+                )
+            terms.append((kind, job_id, minutes))
+            if len(terms) > MAX_DEPENDENCY_TERMS:
+                raise InvalidValue(f"--dependency names more than {MAX_DEPENDENCY_TERMS} jobs")
+    return any_of, terms
+
+
 # ------------------------------------------------------------------ output paths (sbatch's filename patterns)
 
 DEFAULT_OUTPUT = "slurm-%j.out"
@@ -437,8 +570,11 @@ def _check_host(host: str) -> None:
         pass
     # ASCII host names only (RFC 1123): anything else would reach the resolver as IDNA and fail there.
     for label in host.split("."):
-        if not label or len(label) > 63 or not all(c.isascii() and (c.isalnum() or c == "-") for c in label) or (
-            label[0] == "-"
+        if (
+            not label
+            or len(label) > 63
+            or not all(c.isascii() and (c.isalnum() or c == "-") for c in label)
+            or (label[0] == "-")
         ):
             raise ValueError(f"{host!r} is neither an IP address nor a host name")
 

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from spur_hpc import auth, grpcutil
-from spur_hpc.controller import errors
+from spur_hpc.controller import eligibility, errors
 from spur_hpc.controller.scheduler import plan_starts
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
@@ -249,18 +249,27 @@ class LeaderDuties:
                 self.retry_after.pop(job_id, None)
                 self.launch_failures.pop(job_id, None)
         now_wall = self.service.clock()
+        for job_id, state, reason in self.raft.read(lambda s: eligibility.pending_ends(s, now_wall)):
+            log.info("job %s ends %s while pending: %s", job_id, state, reason)
+            self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
         plans = self.raft.read(lambda s: plan_starts(s, now_wall))
         now = time.monotonic()
         for job_id, nodes in plans:
             if self.retry_after.get(job_id, 0.0) > now:
                 continue  # its last launch failed: it stays PENDING (its reason says why) until the pause ends
-            attempt = self.raft.read(lambda s, j=job_id: s.jobs[j]["attempt"]) + 1
+            # An array's own record stands for its pending tasks: the start splits the next one off.
+            attempt, array = self.raft.read(
+                lambda s, j=job_id: (s.jobs[j]["attempt"], bool(s.jobs[j].get("array_pending")))
+            )
+            op = "job_array_split" if array else "job_start"
             try:
-                self.service.write("job_start", job_id=job_id, nodes=nodes, attempt=attempt, time=self.service.clock())
+                result = self.service.write(
+                    op, job_id=job_id, nodes=nodes, attempt=attempt + 1, time=self.service.clock()
+                )
             except errors.Conflict as exc:
                 log.info("job %s not started: %s", job_id, exc)
                 continue
-            self._launch_async(job_id, attempt)
+            self._launch_async(result["job_id"], attempt + 1)
 
     def _launch_async(self, job_id: int, attempt: int) -> None:
         key = (job_id, attempt)
@@ -406,4 +415,3 @@ class LeaderDuties:
                     time=now_wall,
                     reason="time limit (enforced by the controller)",
                 )
-

@@ -28,12 +28,22 @@ from spur_hpc.model import (
     PENDING,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
+    REASON_HELD_USER,
     REASON_NOT_RESPONDING,
     RUNNING,
+    format_array_ranges,
+    parse_array,
+    parse_array_ranges,
     per_node_cpus,
 )
 
-STATE_FORMAT = 1
+# The snapshot format this code reads. A snapshot is written as format 1 while the cluster runs WAL level 1
+# or 2 (a release before arrays reads it), and as format 2 from WAL level 3 on: its job records carry arrays,
+# dependencies and requeues that an older release would misread, so it refuses the snapshot instead.
+STATE_FORMAT = 2
+# A requeued job waits this long before it may start again (reason BeginTime), so the supervisor of its
+# previous run is stopped first: two runs of one job never write the same output at once.
+REQUEUE_DELAY_SECS = 5.0
 
 
 class StateFormatError(Exception):
@@ -69,6 +79,8 @@ class ClusterState:
         self.jobs: dict[int, dict[str, Any]] = {}
         # Derived from jobs, never snapshotted: squeue -u must not walk 10,000 jobs under the state lock.
         self.jobs_by_user: dict[str, set[int]] = {}
+        # Derived too: array job id -> the ids of its tasks' own records (the array's own record not included).
+        self.array_tasks: dict[int, set[int]] = {}
         self.idempotency: dict[str, int] = {}
         self.stalled: dict[str, Any] | None = None
         self.applied = 0  # records applied (for determinism checks and metrics)
@@ -78,6 +90,8 @@ class ClusterState:
     def __getstate__(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data.pop("jobs_by_user")
+        data.pop("array_tasks")
+        data["format"] = 2 if self.wal_level >= 3 else 1
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -88,17 +102,38 @@ class ClusterState:
         self.__init__()
         self.__dict__.update(data)
         self.jobs_by_user = {}
+        self.array_tasks = {}
         for job_id, job in self.jobs.items():
             self._index_job(job_id, job)
 
     def _index_job(self, job_id: int, job: dict[str, Any]) -> None:
         self.jobs_by_user.setdefault(job["spec"].get("user", ""), set()).add(job_id)
+        array_id = job.get("array_job_id") or 0
+        if array_id and array_id != job_id:
+            self.array_tasks.setdefault(array_id, set()).add(job_id)
 
     def _unindex_job(self, job_id: int, job: dict[str, Any]) -> None:
         user = job["spec"].get("user", "")
         self.jobs_by_user[user].discard(job_id)
         if not self.jobs_by_user[user]:
             del self.jobs_by_user[user]
+        array_id = job.get("array_job_id") or 0
+        if array_id in self.array_tasks:
+            self.array_tasks[array_id].discard(job_id)
+            if not self.array_tasks[array_id]:
+                del self.array_tasks[array_id]
+
+    def array_records(self, array_id: int) -> list[dict[str, Any]]:
+        """Every record of array `array_id`: its own (while kept) and its tasks', by job id."""
+        ids = sorted(self.array_tasks.get(array_id, ()))
+        own = self.jobs.get(array_id)
+        if own is not None and own.get("array_job_id") == array_id:
+            ids.insert(0, array_id)
+        return [self.jobs[i] for i in ids]
+
+    def array_running(self, array_id: int) -> int:
+        """How many tasks of the array run now (what its %N throttle counts)."""
+        return sum(1 for j in self.array_tasks.get(array_id, ()) if self.jobs[j]["state"] == RUNNING)
 
     def user_job_ids(self, users: set[str]) -> list[int]:
         """The ids of the jobs of these users, in submission order."""
@@ -269,7 +304,10 @@ class ClusterState:
         for job_id in list(node["jobs"]):
             job = self.jobs.get(job_id)
             if job is not None and job["state"] == RUNNING:
-                self._finish(job, NODE_FAIL, when, exit_code=0, signal=0, reason=f"node {node['name']}: {reason}")
+                if self.wal_level >= 3 and requeueable(job) and not job["cancel_requested"]:
+                    self._requeue(job, when, hold=False)  # Slurm's JobRequeue=1: the batch job runs again
+                else:
+                    self._finish(job, NODE_FAIL, when, exit_code=0, signal=0, reason=f"node {node['name']}: {reason}")
                 failed.append(job_id)
         return failed
 
@@ -323,24 +361,19 @@ class ClusterState:
         if key and key in self.idempotency:
             return ok(job_id=self.idempotency[key], duplicate=True)
         job_id = self.next_job_id
+        spec = dict(r["spec"])
+        job = new_job_record(job_id, spec, float(r["time"]), key)
+        if self.wal_level >= 3:  # the fields a release before level 3 does not read (see wal.OP_LEVELS)
+            job.update(LEVEL3_JOB_FIELDS, eligible_time=job["submit_time"])
+            if spec.get("array"):
+                tasks, limit = parse_array(spec["array"])
+                job.update(array_job_id=job_id, array_pending=format_array_ranges(tasks), array_max_running=limit)
+            if spec.get("hold"):
+                job.update(held=True, reason=REASON_HELD_USER)
+            job["eligible_time"] = max(job["submit_time"], float(spec.get("begin_time") or 0.0))
         self.next_job_id += 1
-        self.jobs[job_id] = {
-            "job_id": job_id,
-            "spec": dict(r["spec"]),
-            "state": PENDING,
-            "reason": NO_REASON,
-            "exit_code": 0,
-            "signal": 0,
-            "submit_time": float(r["time"]),
-            "start_time": 0.0,
-            "end_time": 0.0,
-            "nodes": [],
-            "attempt": 0,
-            "cancel_requested": False,
-            "held": False,
-            "key": key,
-        }
-        self._index_job(job_id, self.jobs[job_id])
+        self.jobs[job_id] = job
+        self._index_job(job_id, job)
         if key:
             self.idempotency[key] = job_id
         return ok(job_id=job_id, duplicate=False)
@@ -357,6 +390,8 @@ class ClusterState:
             return err("not_found", f"job {r['job_id']} does not exist")
         if job["state"] != PENDING or job["held"]:
             return err("conflict", f"job {job['job_id']} is {job['state']}, not startable")
+        if job.get("array_pending"):
+            return err("conflict", f"job {job['job_id']} is an array: its tasks start with job_array_split")
         names = list(r["nodes"])
         if len(names) != max(1, job["spec"].get("nodes") or 1) or len(set(names)) != len(names):
             return err("invalid", f"job {job['job_id']} needs {job['spec'].get('nodes') or 1} distinct nodes")
@@ -438,13 +473,17 @@ class ClusterState:
         )
 
     def _op_jobs_purge(self, r: dict[str, Any]) -> dict[str, Any]:
-        """Forget finished jobs that ended before r['before'] (accounting keeps their history)."""
+        """Forget finished jobs that ended before r['before'] (accounting keeps their history). An array's own
+        record stays while any of its tasks' records is not finished (squeue -j N and scancel N find them)."""
         before = float(r["before"])
         keep_ids = set(r.get("keep", []))
         gone = [
             j
             for j, job in self.jobs.items()
-            if job["state"] in FINISHED_STATES and job["end_time"] < before and j not in keep_ids
+            if job["state"] in FINISHED_STATES
+            and job["end_time"] < before
+            and j not in keep_ids
+            and not any(self.jobs[t]["state"] not in FINISHED_STATES for t in self.array_tasks.get(j, ()))
         ]
         for job_id in gone:
             job = self.jobs.pop(job_id)
@@ -473,3 +512,178 @@ class ClusterState:
         if job["state"] == PENDING:
             job["reason"] = NO_REASON
         return ok()
+
+    # -------------------------------------------------------------- arrays, requeue, update (WAL level 3)
+
+    def _op_job_array_split(self, r: dict[str, Any]) -> dict[str, Any]:
+        """Start the array's lowest pending task: a record of its own with the next job id, or, for the last
+        task left, the array's own record (as Slurm does). Fields as job_start's; job_id is the array's."""
+        parent = self.jobs.get(int(r["job_id"]))
+        if parent is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        pending = parent.get("array_pending") or ""
+        if parent["state"] != PENDING or parent["held"] or not pending:
+            return err("conflict", f"job {parent['job_id']} is {parent['state']}, with no task to start")
+        limit = parent.get("array_max_running") or 0
+        if limit and self.array_running(parent["job_id"]) >= limit:
+            return err("conflict", f"array {parent['job_id']} already runs {limit} tasks (its %{limit} throttle)")
+        ids = parse_array_ranges(pending, "array_pending")
+        start = {"nodes": r["nodes"], "attempt": r["attempt"], "time": r["time"]}
+        if len(ids) == 1:
+            parent.update(array_pending="", array_task_id=ids[0])
+            result = self._op_job_start({"job_id": parent["job_id"], **start})
+            if not result["ok"]:
+                parent.update(array_pending=pending, array_task_id=0)
+                return result
+            return ok(job_id=parent["job_id"], attempt=result["attempt"], array_task_id=ids[0])
+        task_id = self.next_job_id
+        task = new_job_record(task_id, dict(parent["spec"]), parent["submit_time"], "")
+        task.update(LEVEL3_JOB_FIELDS, eligible_time=parent.get("eligible_time", parent["submit_time"]))
+        task.update(array_job_id=parent["job_id"], array_task_id=ids[0], array_max_running=limit)
+        self.jobs[task_id] = task
+        result = self._op_job_start({"job_id": task_id, **start})
+        if not result["ok"]:
+            del self.jobs[task_id]
+            return result
+        self.next_job_id += 1
+        self._index_job(task_id, task)
+        parent["array_pending"] = format_array_ranges(ids[1:])
+        return ok(job_id=task_id, attempt=result["attempt"], array_task_id=ids[0])
+
+    def _op_job_array_cancel(self, r: dict[str, Any]) -> dict[str, Any]:
+        """Cancel tasks of array r['array_job_id']: r['tasks'] (task ids), or every record of it when empty.
+        Pending tasks leave the array's pending list (the array's own record ends CANCELLED when none are
+        left); running ones are cancelled like jobs (the answer lists them for the leader to signal)."""
+        array_id = int(r["array_job_id"])
+        when, reason = float(r["time"]), f"cancelled by {r.get('by') or 'user'}"
+        records = self.array_records(array_id)
+        if not records:
+            return err("not_found", f"job {array_id} is not an array (or finished long ago)")
+        wanted = {int(t) for t in r.get("tasks") or ()}
+        parent = self.jobs.get(array_id) if records[0]["job_id"] == array_id else None
+        cancelled, signal, matched = [], [], set()
+        pending = parent.get("array_pending") if parent is not None else ""
+        if wanted and pending and parent["state"] == PENDING:
+            ids = parse_array_ranges(pending, "array_pending")
+            left = [t for t in ids if t not in wanted]
+            gone = [t for t in ids if t in wanted]
+            matched.update(gone)
+            if gone:
+                if left:
+                    parent["array_pending"] = format_array_ranges(left)
+                else:  # the array's own record now stands for the tasks cancelled before they started
+                    parent["array_pending"] = format_array_ranges(gone)
+                    parent.update(state=CANCELLED, end_time=when, reason=reason)
+                cancelled.extend(gone)
+        for job in records:
+            if wanted:
+                if job.get("array_pending") or job.get("array_task_id") not in wanted:
+                    continue
+                matched.add(job["array_task_id"])
+            if job["state"] == PENDING:
+                job.update(state=CANCELLED, end_time=when, reason=reason)
+                cancelled.append(job["job_id"] if not job.get("array_pending") else array_id)
+            elif job["state"] == RUNNING:
+                job["cancel_requested"] = True
+                signal.append([job["job_id"], job["attempt"], list(job["nodes"])])
+        unknown = sorted(wanted - matched)
+        if wanted and not matched:
+            return err("not_found", f"array {array_id} has no task {format_array_ranges(unknown)}")
+        return ok(cancelled=len(cancelled), signal=signal, unknown=format_array_ranges(unknown))
+
+    def _requeue(self, job: dict[str, Any], when: float, hold: bool) -> None:
+        """A job that started (or ended) goes back to PENDING for another run; see REQUEUE_DELAY_SECS."""
+        self._release(job)
+        job.update(
+            state=PENDING,
+            nodes=[],
+            start_time=0.0,
+            end_time=0.0,
+            exit_code=0,
+            signal=0,
+            cancel_requested=False,
+            restart_count=int(job.get("restart_count") or 0) + 1,
+            eligible_time=when + REQUEUE_DELAY_SECS,
+            held=hold,
+            reason=REASON_HELD_USER if hold else NO_REASON,
+        )
+
+    def _op_job_requeue_user(self, r: dict[str, Any]) -> dict[str, Any]:
+        """scontrol requeue (hold=False) / requeuehold (hold=True) of a running or finished batch job."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        if job["spec"].get("interactive"):
+            return err("invalid", f"job {job['job_id']} is an interactive allocation; only batch jobs are requeued")
+        if not requeueable(job):
+            return err("conflict", f"job {job['job_id']} was submitted with --no-requeue; it cannot be requeued")
+        if job["state"] not in FINISHED_STATES and job["state"] != RUNNING:
+            return err(
+                "conflict", f"job {job['job_id']} is {job['state']}; only running or finished jobs can be requeued"
+            )
+        was = {"state": job["state"], "attempt": job["attempt"], "nodes": list(job["nodes"])}
+        self._requeue(job, float(r["time"]), bool(r.get("hold")))
+        return ok(signal_agent=was["state"] == RUNNING, attempt=was["attempt"], nodes=was["nodes"])
+
+    def _op_job_update(self, r: dict[str, Any]) -> dict[str, Any]:
+        """scontrol update: r['changes'] are spec fields (the service checked who may change what)."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        changes = dict(r["changes"])
+        if job["state"] == RUNNING and set(changes) - {"time_limit_secs"}:
+            return err("conflict", f"job {job['job_id']} is RUNNING; only its time limit can change now")
+        if job["state"] not in (PENDING, RUNNING):
+            return err("conflict", f"job {job['job_id']} is {job['state']}; only pending jobs can be updated")
+        job["spec"].update(changes)
+        job["spec_rev"] = int(job.get("spec_rev") or 0) + 1
+        return ok(spec_rev=job["spec_rev"])
+
+    def _op_job_pending_end(self, r: dict[str, Any]) -> dict[str, Any]:
+        """The leader ends a job that never started: DEADLINE, or CANCELLED (a dependency never satisfied)."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        if job["state"] != PENDING:
+            return ok(ended=False, state=job["state"])
+        if r["state"] not in FINISHED_STATES:
+            return err("invalid", f"{r['state']} is not an end state")
+        job.update(state=r["state"], end_time=float(r["time"]), reason=r.get("reason") or NO_REASON)
+        return ok(ended=True, state=job["state"])
+
+
+# The fields a job record has from WAL level 3 on (a record written before lacks them; readers use these).
+LEVEL3_JOB_FIELDS: dict[str, Any] = {
+    "array_job_id": 0,
+    "array_task_id": 0,
+    "array_pending": "",
+    "array_max_running": 0,
+    "restart_count": 0,
+    "eligible_time": 0.0,
+    "spec_rev": 0,
+}
+
+
+def new_job_record(job_id: int, spec: dict[str, Any], submit_time: float, key: str) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "spec": spec,
+        "state": PENDING,
+        "reason": NO_REASON,
+        "exit_code": 0,
+        "signal": 0,
+        "submit_time": submit_time,
+        "start_time": 0.0,
+        "end_time": 0.0,
+        "nodes": [],
+        "attempt": 0,
+        "cancel_requested": False,
+        "held": False,
+        "key": key,
+    }
+
+
+def requeueable(job: dict[str, Any]) -> bool:
+    """Whether a node failure (or scontrol requeue) may put the job back: a batch job not sent --no-requeue
+    (spec requeue 2). Slurm's default, JobRequeue=1, allows it."""
+    return job["spec"].get("requeue", 0) != 2 and not job["spec"].get("interactive")

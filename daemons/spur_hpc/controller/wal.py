@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # The highest WAL level this code can read. Raise it together with the first op of a new level.
-MAX_WAL_LEVEL = 2
+MAX_WAL_LEVEL = 3
 
 # op name -> the level that introduced it. Never renumber: a level is a promise to older members.
 OP_LEVELS: dict[str, int] = {
@@ -33,6 +33,14 @@ OP_LEVELS: dict[str, int] = {
     # level 2: holding a pending job back from the scheduler (scontrol hold / release)
     "job_hold": 2,
     "job_release": 2,
+    # level 3: arrays, dependencies, requeue and update (a level-2 member would apply them as something else,
+    # or not at all). At level 3 the state machine also reads a job_submit's array, dependency, hold and begin
+    # time, and puts a requeue-able job that a node failure ends back in the queue.
+    "job_array_split": 3,  # the leader starts an array's next task (a record of its own, or the array's last)
+    "job_array_cancel": 3,  # scancel N / N_3 / N_[1-3]: tasks of an array
+    "job_update": 3,  # scontrol update JobId=...
+    "job_requeue_user": 3,  # scontrol requeue / requeuehold
+    "job_pending_end": 3,  # the leader ends a pending job: past its --deadline, or a dependency never satisfied
 }
 
 
