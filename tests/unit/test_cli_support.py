@@ -133,6 +133,8 @@ class FakeController(pb_grpc.SlurmControllerServicer):
         self._record("SubmitJob")
         self.state.submit_keys.append(request.idempotency_key)
         self._leader_only(context)
+        if request.test_only:  # say where it would start, keep nothing (the controller's contract)
+            return pb.SubmitJobReply(start_estimate=1700000100.0, nodes=sorted(self.state.nodes)[:1] or ["n1"])
         with self.state.lock:
             key = request.idempotency_key
             if key and key in self.state.keys:

@@ -713,13 +713,14 @@ def _refuse(program: str, entry: JobOption, source: str) -> None:
 
 
 def parse_job_options(
-    program: str, argv: list[str], environ: dict[str, str] | None = None
+    program: str, argv: list[str], environ: dict[str, str] | None = None, shown_as: str = ""
 ) -> tuple[JobOptions, list[str]]:
     """-> (options, rest). Parsing stops at the first argument that is not an option (the script or the
     command): it and everything after it are rest. Input variables fill what the command line leaves out.
-    A refused option is one CliError; values are converted later, by spec_fields()."""
+    A refused option is one CliError; values are converted later, by spec_fields(). shown_as: the name usage
+    errors give (spur submit runs sbatch's options)."""
     entries = entries_for(program)
-    values, rest = parse(program, options_for(program), argv, stop_at_positional=True)
+    values, rest = parse(shown_as or program, options_for(program), argv, stop_at_positional=True)
     parsed = JobOptions(program)
     for name in ("help", "usage", "version"):
         parsed.values[name] = values.get(name)

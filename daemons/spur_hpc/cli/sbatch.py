@@ -11,8 +11,8 @@ import os
 import sys
 
 from spur_hpc import joblimits
-from spur_hpc.cli import commandline, units
-from spur_hpc.cli.options import Option, parse, usage_error
+from spur_hpc.cli import commandline, jobopts, units
+from spur_hpc.cli.options import usage_error
 from spur_hpc.cli.runner import CliError
 
 TYPE_CHECKING = False
@@ -20,47 +20,20 @@ if TYPE_CHECKING:
     from typing import Any
 
 PROGRAM = "sbatch"
-OPTIONS = [
-    Option("job_name", "J", "job-name", "NAME", "job name (default: the script's file name)"),
-    Option("nodes", "N", "nodes", "N", "number of nodes (default 1)"),
-    Option("ntasks", "n", "ntasks", "N", "number of tasks (default 1)"),
-    Option("cpus_per_task", "c", "cpus-per-task", "N", "CPUs per task (default 1)"),
-    Option("mem", "", "mem", "SIZE", "memory per node: megabytes, or with a K/M/G/T suffix (like 4G)"),
-    Option("time", "t", "time", "TIME", f"time limit: {units.TIME_LIMIT_FORMS}"),
-    Option("output", "o", "output", "PATH", "stdout file (default slurm-%j.out in the working directory)"),
-    Option("error", "e", "error", "PATH", "stderr file (default: with stdout)"),
-    Option("chdir", "D", "chdir", "DIR", "working directory of the job (default: the current directory)"),
-    Option("partition", "p", "partition", "NAME", "partition (default: the cluster's default)"),
-    Option("account", "A", "account", "NAME", "account to charge"),
-    Option("wrap", "", "wrap", "COMMAND", "submit COMMAND wrapped in a /bin/sh script instead of a script file"),
-    Option(
-        "export",
-        "",
-        "export",
-        "VARS",
-        "environment to pass: ALL (default), NONE, or VAR[=value],... (ALL,VAR=value adds to everything)",
-    ),
-    Option("parsable", "", "parsable", help="print only the job id"),
-    Option("quiet", "Q", "quiet", help="print nothing on success"),
-    *commandline.INFO_OPTIONS,
-]
-SYNOPSIS = "[OPTIONS] SCRIPT | sbatch [OPTIONS] --wrap COMMAND | sbatch [OPTIONS] < SCRIPT"
-# options a #SBATCH line may set (the rest only make sense on the command line)
-DIRECTIVE_DESTS = frozenset(
-    {"job_name", "nodes", "ntasks", "cpus_per_task", "mem", "time", "output", "error", "chdir", "partition",
-     "account", "export", "parsable", "quiet"}
-)  # fmt: skip
+OPTIONS = jobopts.options_for(PROGRAM)
+SYNOPSIS = "[OPTIONS] SCRIPT [ARGS...] | sbatch [OPTIONS] --wrap COMMAND | sbatch [OPTIONS] < SCRIPT"
 
 
 def wrap_script(command: str) -> str:
     return f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{command}\n"
 
 
-def directive_values(script: str, source: str) -> dict[str, Any]:
-    """Options of the #SBATCH lines before the first command (Slurm stops reading them there)."""
+def directive_options(script: str, source: str) -> jobopts.JobOptions:
+    """Options of the #SBATCH lines before the first command (Slurm stops reading them there). Every option
+    is allowed there; a bad one names its line."""
     import shlex
 
-    values: dict[str, Any] = {}
+    merged = jobopts.JobOptions(PROGRAM)
     for number, line in enumerate(script.splitlines()[1:], start=2):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
@@ -69,30 +42,16 @@ def directive_values(script: str, source: str) -> dict[str, Any]:
             except ValueError as exc:
                 raise CliError(f"{source} line {number}: cannot read '{stripped}' ({exc})") from None
             try:
-                parsed, extra = parse(PROGRAM, [o for o in OPTIONS if o.dest in DIRECTIVE_DESTS], words)
+                parsed, extra = jobopts.parse_job_options(PROGRAM, words, None)
+                parsed.spec_fields()  # a bad value names this line
             except CliError as exc:
                 raise CliError(f"{source} line {number}: {exc}") from None
             if extra:
                 raise CliError(f"{source} line {number}: unexpected '{extra[0]}' in '{stripped}'")
-            values.update({k: v for k, v in parsed.items() if v is not None})
+            merged.update(parsed)
         elif stripped and not stripped.startswith("#"):
             break
-    return values
-
-
-def _positive(values: dict[str, Any], dest: str, option: str) -> int:
-    text = values.get(dest)
-    if text is None:
-        return 1
-    low, dash, high = str(text).strip().partition("-")  # Slurm accepts min-max; the controller schedules the minimum
-    least = units.bounded_int(low, units.INT32_MAX)
-    most = units.bounded_int(high, units.INT32_MAX) if dash else least
-    if not least or not most or most < least:
-        raise CliError(
-            f"invalid {option} value '{text}': use a whole number from 1 to {units.INT32_MAX} or a range min-max, "
-            f"like {option} 2"
-        )
-    return least
+    return merged
 
 
 def _utf8(text: str) -> bool:
@@ -133,19 +92,16 @@ def _select_environment(spec_text: str | None, environ: dict[str, str]) -> dict[
     return env
 
 
-def read_script(values: dict[str, Any], positionals: list[str]) -> tuple[str, str, str]:
+def read_script(wrap: str | None, positionals: list[str]) -> tuple[str, str, str]:
     """-> (script text, where it came from, default job name)."""
-    if values["wrap"] is not None:
+    if wrap is not None:
         if positionals:
-            raise usage_error(PROGRAM, f"--wrap takes no script file, got '{positionals[0]}'")
-        return wrap_script(values["wrap"]), "--wrap", "wrap"
+            raise usage_error(
+                PROGRAM, f"script arguments are not allowed with --wrap (got '{positionals[0]}'); put them in COMMAND"
+            )
+        return wrap_script(wrap), "--wrap", "wrap"
     if positionals:
         path = positionals[0]
-        if len(positionals) > 1:
-            raise CliError(
-                f"script arguments are not supported yet ({' '.join(positionals[1:])}): set them inside the script "
-                "or use --wrap 'script.sh arg ...'"
-            )
         try:
             with open(path, "rb") as fh:
                 import stat
@@ -190,36 +146,58 @@ def check_script(script: str, source: str) -> None:
         raise CliError(f"{source} contains NUL bytes; submit a text script")
 
 
-def build_spec(values: dict[str, Any], script: str, default_name: str, environ: dict[str, str]) -> dict[str, Any]:
+def build_spec(
+    options: jobopts.JobOptions, script: str, default_name: str, environ: dict[str, str], argv: list[str]
+) -> dict[str, Any]:
+    import socket
+
     from spur_hpc.cli import caller
 
-    work_dir = os.path.abspath(values["chdir"]) if values.get("chdir") else os.getcwd()
-    memory_mb = units.parse_memory_mb(values["mem"]) if values.get("mem") else 0
-    time_limit = units.parse_time_limit(values["time"]) if values.get("time") else 0
-    environment = environment_to_export(values.get("export"), environ)
+    fields = options.spec_fields()
+    environment = environment_to_export(options.get("export"), environ)
     environment.setdefault("SLURM_SUBMIT_DIR", os.getcwd())
     environment.setdefault("SLURM_SUBMIT_HOST", caller.host_name())
     problem = joblimits.environment_problem(environment)
     if problem:
         raise CliError(f"{problem}; pass less with --export (like --export=NONE,PATH,HOME)")
-    return {
-        "name": values.get("job_name") or default_name,
+    problem = _argv_problem(argv)
+    if problem:
+        raise CliError(problem)
+    spec: dict[str, Any] = {
+        "name": default_name,
         "script": script,
         "user": caller.user_name(),
         "uid": os.getuid(),
         "gid": os.getgid(),
-        "work_dir": work_dir,
-        "stdout_path": values.get("output") or "",
-        "stderr_path": values.get("error") or "",
-        "nodes": _positive(values, "nodes", "--nodes"),
-        "tasks": _positive(values, "ntasks", "--ntasks"),
-        "cpus_per_task": _positive(values, "cpus_per_task", "--cpus-per-task"),
-        "memory_mb": memory_mb,
-        "time_limit_secs": time_limit,
+        "work_dir": os.getcwd(),
+        "stdout_path": "",
+        "stderr_path": "",
+        "nodes": 1,
+        "tasks": 1,
+        "cpus_per_task": 1,
+        "memory_mb": 0,
+        "time_limit_secs": 0,
         "environment": environment,
-        "partition": values.get("partition") or "",
-        "account": values.get("account") or "",
+        "partition": "",
+        "account": "",
+        "argv": list(argv),
+        "submit_host": socket.gethostname(),
     }
+    spec.update({key: value for key, value in fields.items() if value is not None})
+    spec["name"] = spec["name"] or default_name
+    return spec
+
+
+MAX_SCRIPT_ARGS = 4096  # arguments of one batch script: far above any real use; each counts into the spec size
+
+
+def _argv_problem(argv: list[str]) -> str:
+    if len(argv) > MAX_SCRIPT_ARGS:
+        return f"{len(argv)} script arguments, more than the limit of {MAX_SCRIPT_ARGS}; pass them in a file"
+    for arg in argv:
+        if not _utf8(arg):
+            return f"script argument {arg!r} is not UTF-8 text"
+    return ""
 
 
 _ONE_LINE_OPTIONS = {"name": "--job-name", "partition": "--partition", "account": "--account", "user": "user name"}
@@ -232,30 +210,66 @@ def check_one_line_fields(spec: dict[str, Any]) -> None:
 
 
 def main(argv: list[str], program: str = PROGRAM) -> int:
-    values, positionals = parse(program, OPTIONS, argv, stop_at_positional=True)
-    if commandline.answer_info_flags(program, values, SYNOPSIS, "Submit a batch job.", OPTIONS):
+    command_line, positionals = jobopts.parse_job_options(PROGRAM, argv, dict(os.environ), shown_as=program)
+    if commandline.answer_info_flags(program, command_line.values, SYNOPSIS, "Submit a batch job.", OPTIONS):
         return 0
-    script, source, default_name = read_script(values, positionals)
+    script, source, default_name = read_script(command_line.get("wrap"), positionals)
     check_script(script, source)
-    merged = directive_values(script, source)
-    merged.update({k: v for k, v in values.items() if v is not None})
-    spec = build_spec(merged, script, default_name, dict(os.environ))
+    options = directive_options(script, source)
+    options.update(command_line)  # the command line and the input variables win over #SBATCH lines
+    spec = build_spec(options, script, default_name, dict(os.environ), positionals[1:])
     check_one_line_fields(spec)
-    if merged.get("chdir") and not os.path.isdir(spec["work_dir"]):
-        raise CliError(f"--chdir {merged['chdir']}: no such directory here; create it or give an existing one")
+    if options.given("chdir") and not os.path.isdir(spec["work_dir"]):
+        raise CliError(f"--chdir {options.get('chdir')}: no such directory here; create it or give an existing one")
+    quiet = bool(options.get("quiet"))
+    if not quiet:
+        options.print_warnings()
 
     import uuid
 
     from spur_hpc.cli.controller import ControllerClient
     from spur_hpc.wire.grpcwire import RpcError
 
-    request = {"spec": spec, "idempotency_key": str(uuid.uuid4())}
+    client = ControllerClient()
+    cluster = ""
+    if options.given("clusters"):
+        cluster = resolve_cluster(client, str(options.get("clusters")), options.label("clusters"))
+        spec["cluster_name"] = cluster
+    test_only = bool(options.get("test_only"))
+    request = {"spec": spec, "idempotency_key": str(uuid.uuid4()), "test_only": test_only}
     try:
-        reply = ControllerClient().call("SubmitJob", request, write=True)
+        reply = client.call("SubmitJob", request, write=True)
     except RpcError as exc:
-        raise CliError(f"Batch job submission failed: {exc.details}") from None
-    if merged.get("parsable"):
-        print(reply.job_id)
-    elif not merged.get("quiet"):
-        print(f"Submitted batch job {reply.job_id}")
+        what = "Job submission test failed" if test_only else "Batch job submission failed"
+        raise CliError(f"{what}: {exc.details}") from None
+    if test_only:
+        print(test_only_line(program, reply, spec), file=sys.stderr)
+    elif options.get("parsable"):
+        print(f"{reply.job_id};{cluster}" if cluster else reply.job_id)
+    elif not quiet:
+        print(f"Submitted batch job {reply.job_id}" + (f" on cluster {cluster}" if cluster else ""))
     return 0
+
+
+def resolve_cluster(client: Any, text: str, label: str) -> str:
+    """-M/--clusters: this cluster's name or all (Spur has one cluster) -> the name."""
+    info = client.call("GetClusterInfo")
+    name = info.cluster_name
+    wanted = [item.strip() for item in text.split(",") if item.strip()]
+    if any(item.lower() == "all" or item == name for item in wanted):
+        return name
+    raise CliError(f"{label} {text}: no such cluster; this cluster is '{name}' (or use all)")
+
+
+def test_only_line(program: str, reply: Any, spec: dict[str, Any]) -> str:
+    """Slurm's words for --test-only (sbatch prints them on stderr)."""
+    from spur_hpc.model import compress_hostlist
+
+    when = units.format_timestamp(reply.start_estimate, unknown="Unknown")
+    processors = spec["tasks"] * spec["cpus_per_task"]
+    nodes = compress_hostlist(list(reply.nodes)) if reply.nodes else "(null)"
+    partition = spec["partition"] or "(default)"
+    return (
+        f"{program}: Job {reply.job_id} to start at {when} using {processors} processors on nodes {nodes} "
+        f"in partition {partition}"
+    )
