@@ -19,7 +19,7 @@ import sys
 from spur_hpc.cli import units
 from spur_hpc.cli.options import Option, parse
 from spur_hpc.cli.runner import CliError
-from spur_hpc.model import InvalidValue, expand_hostlist
+from spur_hpc.model import InvalidValue, expand_hostlist, parse_array, parse_dependency
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -292,16 +292,18 @@ def _gres_like(field: str, typed_count: bool) -> Converter:
     return convert
 
 
-def _array(value: Any, label: str) -> dict[str, Any]:
-    text = one_line_text(str(value).strip(), label)
-    if not text or text.strip("0123456789,-:%"):
-        raise CliError(f"invalid {label} value '{text}': use indexes like 0-15, 1,3,7, 0-20:4, with %N to throttle")
-    return {"array": text}
+def _model_checked(field: str, check: Callable[[str], Any]) -> Converter:
+    """A notation the model reads (the controller checks it again): refused here first, naming the source."""
 
+    def convert(value: Any, label: str) -> dict[str, Any]:
+        text = one_line_text(str(value).strip(), label)
+        try:
+            check(text)
+        except InvalidValue as exc:
+            raise CliError(str(exc) if label.startswith("--") else f"{label}: {exc}") from None
+        return {field: text}
 
-def _dependency(value: Any, label: str) -> dict[str, Any]:
-    text = one_line_text(str(value).strip(), label)
-    return {"dependency": text}
+    return convert
 
 
 def _open_mode(value: Any, label: str) -> dict[str, Any]:
@@ -332,7 +334,7 @@ OPTIONS: list[JobOption] = [
     _o("account", "A", "NAME", "BRA", HONOURED, "account to charge (shown by squeue and sacct)", field="account",
        convert=_text("account"), env=("SBATCH_ACCOUNT", "SALLOC_ACCOUNT", "SLURM_ACCOUNT")),
     _o("array", "a", "INDEXES", "B", HONOURED, "job array: 0-15, 1,3,7, 0-20:4, with %N to run at most N at once",
-       field="array", convert=_array, env=("SBATCH_ARRAY_INX",)),
+       field="array", convert=_model_checked("array", parse_array), env=("SBATCH_ARRAY_INX",)),
     _o("begin", "b", "TIME", "BRA", HONOURED, f"start no earlier than TIME ({units.BEGIN_TIME_FORMS})",
        field="begin_time", convert=_time_point("begin_time")),
     _o("chdir", "D", "DIR", "BRA", HONOURED, "working directory of the job (default: the current directory)",
@@ -352,7 +354,7 @@ OPTIONS: list[JobOption] = [
        field="deadline", convert=_time_point("deadline")),
     _o("dependency", "d", "LIST", "BRA", HONOURED,
        "start after other jobs: after, afterok, afternotok, afterany, singleton, with :ID:ID and , or ?",
-       field="dependency", convert=_dependency, env=("SLURM_DEPENDENCY",)),
+       field="dependency", convert=_model_checked("dependency", parse_dependency), env=("SLURM_DEPENDENCY",)),
     _o("error", "e", "PATH", "BR", HONOURED, "stderr file pattern (default: with stdout)", field="stderr_path",
        convert=_text("stderr_path"), env=("SBATCH_ERROR", "SLURM_STDERRMODE")),
     _o("exclude", "x", "HOSTLIST", "BRA", HONOURED, "nodes the job must not use", field="exclude",
