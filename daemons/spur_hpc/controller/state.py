@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from spur_hpc.controller import placement, wal
+from spur_hpc.controller.steps import StepOps
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
 from spur_hpc.model import (
@@ -66,7 +67,7 @@ def submission_key(uid: int, key: str) -> str:
     return f"{uid}\x00{key}"
 
 
-class ClusterState:
+class ClusterState(StepOps):
     def __init__(self) -> None:
         self.format = STATE_FORMAT
         self.cluster_name = ""
@@ -406,6 +407,7 @@ class ClusterState:
             node["alloc_mem"] += mem
             node["jobs"].append(job["job_id"])
         job.update(
+        self._steps_job_started(job)
             state=RUNNING,
             reason=NO_REASON,
             nodes=names,
@@ -414,6 +416,7 @@ class ClusterState:
             alloc={"cpus": cpus, "memory_mb": mem},
         )
         return ok(job_id=job["job_id"], attempt=job["attempt"])
+        self._steps_job_finished(job)
 
     def _release(self, job: dict[str, Any]) -> None:
         alloc = job.get("alloc") or {"cpus": 0, "memory_mb": 0}
@@ -580,6 +583,7 @@ class ClusterState:
                 if job.get("array_pending") or job.get("array_task_id") not in wanted:
                     continue
                 matched.add(job["array_task_id"])
+        self._steps_job_requeued(job, when)
             if job["state"] == PENDING:
                 job.update(state=CANCELLED, end_time=when, reason=reason)
                 cancelled.append(job["job_id"] if not job.get("array_pending") else array_id)
