@@ -18,7 +18,16 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from spur_hpc.auth import DEFAULT_MUNGE_SOCKET
-from spur_hpc.model import AGENT_GRPC_PORT, CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr, split_host_port
+from spur_hpc.model import (
+    AGENT_GRPC_PORT,
+    CONTROLLER_GRPC_PORT,
+    MAX_FEATURES,
+    MAX_GRES_COUNT,
+    MAX_GRES_KINDS,
+    RAFT_PORT,
+    normalize_addr,
+    split_host_port,
+)
 
 DEFAULT_CONF_PATH = "/etc/spur/spur.conf"
 
@@ -82,6 +91,20 @@ def _number(value: float) -> str:
 
 _NAME = r"[A-Za-z0-9_-]{1,63}"
 _NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+
+_GRES_NAME = r"[A-Za-z0-9_.-]{1,64}"
+_GRES_ENTRY = rf"{_GRES_NAME}(:{_GRES_NAME})?=[0-9]{{1,7}}"
+_FEATURE = r"[A-Za-z0-9_.:=-]{1,64}"
+
+
+def parse_gres_offer(text: str) -> dict[str, int]:
+    """[agent] gres as written (gpu=2,gpu:a100=1; checked against its pattern) -> {"gpu": 2, "gpu:a100": 1}."""
+    offer: dict[str, int] = {}
+    for entry in text.split(",") if text else []:
+        key, _eq, count = entry.partition("=")
+        offer[key] = int(count)
+    return offer
+
 
 # section -> key -> Key: the one declaration of every key, in the order of the docs.
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -295,6 +318,23 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "The partition this node belongs to.",
             pattern=_NAME,
             pattern_text="letters, digits, `-` and `_`",
+        ),
+        "gres": Key(
+            str,
+            "",
+            "Counted resources this node offers to `--gres` and `--gpus*`, as `NAME[:TYPE]=COUNT` entries joined "
+            "by commas, like `gpu=2,nic=1` or `gpu:a100=4`; a job asking for `gpu` takes typed ones too.",
+            pattern=rf"{_GRES_ENTRY}(,{_GRES_ENTRY}){{0,{MAX_GRES_KINDS - 1}}}",
+            pattern_text=f"NAME[:TYPE]=COUNT entries joined by commas (at most {MAX_GRES_KINDS}), "
+            "like gpu=2,nic=1",
+            shown_default="empty (none)",
+        ),
+        "features": Key(
+            list,
+            [],
+            f'Node features `--constraint` matches, like `["ssd", "avx2"]` (at most {MAX_FEATURES}).',
+            pattern=_FEATURE,
+            pattern_text="letters, digits, `_`, `.`, `:`, `=` and `-` (1 to 64 characters)",
         ),
         "stepd_path": Key(
             str,
@@ -694,6 +734,19 @@ def _validate_agent(conf: Config) -> None:
             f"({conf.controller.heartbeat_timeout_secs})",
             "lower the interval or raise the timeout",
         )
+    offer = parse_gres_offer(a.gres)
+    if a.gres and len(offer) != len(a.gres.split(",")):
+        raise _fail("agent", "gres", f"{a.gres!r} names a resource twice", "name each NAME[:TYPE] once")
+    too_many = [key for key, count in offer.items() if count > MAX_GRES_COUNT]
+    if too_many:
+        raise _fail(
+            "agent",
+            "gres",
+            f"{too_many[0]}={offer[too_many[0]]} is out of range",
+            f"use a count from 0 to {MAX_GRES_COUNT}",
+        )
+    if len(a.features) > MAX_FEATURES:
+        raise _fail("agent", "features", f"{len(a.features)} features", f"list at most {MAX_FEATURES}")
     if a.stepd_path and not (os.path.isfile(a.stepd_path) and os.access(a.stepd_path, os.X_OK)):
         problem = "does not exist" if not os.path.exists(a.stepd_path) else "is not an executable file"
         raise _fail(

@@ -408,6 +408,13 @@ def output_file(
     return posixpath.join(work_dir, path) if work_dir else path
 
 
+# ------------------------------------------------------------------ counted resources (gres) and node features
+
+MAX_GRES_KINDS = 32  # NAME[:TYPE] entries a job asks for (--gres, --gpus*), or an agent declares ([agent] gres)
+MAX_GRES_COUNT = 1_000_000  # the count of one entry
+MAX_FEATURES = 64  # features an agent declares ([agent] features), or features named in one --constraint
+
+
 # ------------------------------------------------------------------ hostlists: node[1-3,7],gpu01 <-> names
 
 MAX_HOSTLIST_NAMES = 65536  # more nodes than any cluster has; pn[1-99999999] would build 100 million names first

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from spur_hpc import buildinfo, grpcutil
-from spur_hpc.controller import errors
+from spur_hpc.controller import errors, placement
 from spur_hpc.controller.service import ControllerService, copy_job
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import spec_from_pb, spec_to_pb
@@ -149,8 +149,11 @@ def node_to_pb(node: dict[str, Any], last_heartbeat: float = 0.0) -> slurm_pb2.N
         reason_set_by=node["reason_set_by"],
         reason_time=node["reason_time"],
         address=node["address"],
-        resources=slurm_pb2.NodeResources(cpus=node["cpus"], memory_mb=node["memory_mb"]),
-        allocated=slurm_pb2.NodeResources(cpus=node["alloc_cpus"], memory_mb=node["alloc_mem"]),
+        resources=slurm_pb2.NodeResources(cpus=node["cpus"], memory_mb=node["memory_mb"], gres=node.get("gres") or {}),
+        allocated=slurm_pb2.NodeResources(
+            cpus=node["alloc_cpus"], memory_mb=node["alloc_mem"], gres=node.get("alloc_gres") or {}
+        ),
+        features=node.get("features") or [],
         job_ids=node["jobs"],
         version=node["version"],
         build=node["build"],
@@ -214,6 +217,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             request.build,
             request.partition,
             running,
+            gres=dict(request.resources.gres),
+            features=list(request.features),
         )
         node = self.service.get_node(request.name)
         self.node.poke_scheduler()
@@ -309,8 +314,11 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
-        if spec.get("nice", 0) < 0:  # a negative nice raises the job's priority over other users' jobs
-            self.node.authz.require_admin(who, "submit with a negative --nice")
+        if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
+            spec = self.service.validate_spec(spec)
+            now = self.service.clock()
+            estimate, nodes = self.service.read(lambda s: placement.test_only(s, spec, now))
+            return slurm_pb2.SubmitJobReply(start_estimate=estimate, nodes=nodes)
         job_id, duplicate = self.service.submit(spec, request.idempotency_key, submitter_uid=who.uid)
         self.node.poke_scheduler()
         return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
@@ -340,10 +348,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def CancelJob(self, request, context):
         self._require_job_owner(self.node.authz.caller(context), request.job_id, "cancel job")
-        result = self.service.cancel(request.job_id, request.signal, request.requested_by, request.array_tasks)
-        if "signal" in result and isinstance(result["signal"], list):  # an array: each running task named
-            self._signal_tasks(result["signal"], request.signal)
-        elif result.get("signal_agent") and self.node.service.raft.is_leader():
+        result = self.service.cancel(request.job_id, request.signal, request.requested_by)
+        if result.get("signal_agent") and self.node.service.raft.is_leader():
             self.node.duties.signal_job(request.job_id, result["attempt"], result["nodes"], request.signal)
         elif result.get("signal_agent") and request.signal:
             raise errors.NotLeader("signals are delivered by the leader", self.node.leader_grpc())
@@ -367,47 +373,16 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         self.node.poke_scheduler()
         return slurm_pb2.CompleteJobReply(accepted=accepted)
 
-    def _signal_tasks(self, targets: list, signal: int) -> None:
-        """Deliver a cancel (0) or a signal to running array tasks [[job_id, attempt, nodes], ...]."""
-        if not targets:
-            return
-        if not self.node.service.raft.is_leader():
-            if signal:
-                raise errors.NotLeader("signals are delivered by the leader", self.node.leader_grpc())
-            return  # a cancel: the leader's follow-up signals the cancelled tasks
-        for job_id, attempt, nodes in targets:
-            self.node.duties.signal_job(job_id, attempt, nodes, signal)
-
     @rpc
     def HoldJob(self, request, context):
-        who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "hold job")
-        self.service.hold(request.job_id, True, by_admin=self.node.authz.is_admin(who))
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "hold job")
+        self.service.hold(request.job_id, True)
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def ReleaseJob(self, request, context):
-        who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "release job")
-        self.service.hold(request.job_id, False, by_admin=self.node.authz.is_admin(who))
-        self.node.poke_scheduler()
-        return job_to_pb(self.service.get_job(request.job_id))
-
-    @rpc
-    def RequeueJob(self, request, context):
-        self._require_job_owner(self.node.authz.caller(context), request.job_id, "requeue job")
-        result = self.service.requeue(request.job_id, request.hold)
-        if result.get("signal_agent"):  # its running supervisor is stopped; it reports an attempt nobody waits for
-            self._signal_tasks([[request.job_id, result["attempt"], result["nodes"]]], 0)
-        self.node.poke_scheduler()
-        return job_to_pb(self.service.get_job(request.job_id))
-
-    @rpc
-    def UpdateJob(self, request, context):
-        who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "update job")
-        values = spec_from_pb(request.spec)
-        self.service.update_job(request.job_id, list(request.fields), values, self.node.authz.is_admin(who))
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "release job")
+        self.service.hold(request.job_id, False)
         self.node.poke_scheduler()
         return job_to_pb(self.service.get_job(request.job_id))
 

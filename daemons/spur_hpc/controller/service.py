@@ -13,10 +13,10 @@ from typing import Any
 
 from spur_hpc import joblimits
 from spur_hpc.conf import Config
-from spur_hpc.controller import errors, wal
+from spur_hpc.controller import errors, placement, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
-from spur_hpc.model import FINISHED_STATES, REASON_AGENT_STOPPED, REASON_DRAINED, RUNNING, per_node_cpus
+from spur_hpc.model import FINISHED_STATES, REASON_AGENT_STOPPED, REASON_DRAINED, RUNNING
 
 log = logging.getLogger("spurctld.service")
 
@@ -106,9 +106,14 @@ class ControllerService:
         build: str,
         partition: str,
         running: list[tuple[int, int]],
+        gres: dict[str, int] | None = None,
+        features: list[str] | None = None,
     ) -> dict[str, Any]:
         self.require_leader()
         self._node_name(name)
+        problem = placement.node_offer_problem(gres or {}, features or [])
+        if problem:
+            raise errors.InvalidArgument(f"node {name}: {problem}; fix [agent] gres / features in its spurd.toml")
         if cpus <= 0:
             raise errors.InvalidArgument(f"node {name} reports {cpus} CPUs; an agent must offer at least 1")
         if memory_mb < 0:
@@ -130,6 +135,8 @@ class ControllerService:
             partition=partition or "default",
             running=[[j, a] for j, a in running],
             time=now,
+            gres=dict(gres or {}),
+            features=list(features or []),
         )
         if self.on_heartbeat:
             self.on_heartbeat(name, running)  # after the write too: the held/missing bookkeeping needs the node
@@ -202,6 +209,9 @@ class ControllerService:
             char = joblimits.control_character(spec.get(key, ""))
             if char:
                 raise errors.InvalidArgument(f"the job's {key} contains a control character ({char}); use plain text")
+        problem = placement.normalize(spec)  # node and task counts from --ntasks-per-node and -w, option forms
+        if problem:
+            raise errors.InvalidArgument(problem)
         for key, low in (("nodes", 1), ("tasks", 1), ("cpus_per_task", 1)):
             if spec.get(key, 0) == 0:
                 spec[key] = 1
@@ -235,27 +245,15 @@ class ControllerService:
         return spec
 
     def _check_fit(self, spec: dict[str, Any]) -> None:
-        cpus, mem, count = per_node_cpus(spec), spec.get("memory_mb", 0), spec.get("nodes", 1)
+        """A job that could never start (a named node that does not exist, more CPUs, memory or gres than any
+        node has, features no node has) is refused now with one line instead of pending forever."""
+        option = placement.uses_level3(spec)
+        if option and self.read(lambda s: s.wal_level) < 3:
+            raise errors.Conflict(f"{option} needs WAL level 3; finish the upgrade (spur cluster wal-level 3)")
+        problem = self.read(lambda s: placement.never_fits(s, spec))
+        if problem:
+            raise errors.InvalidArgument(problem)
 
-        def nodes_in(s: ClusterState) -> list[tuple[int, int]]:
-            return [(n["cpus"], n["memory_mb"]) for n in s.nodes.values() if n.get("partition") == spec["partition"]]
-
-        nodes = self.read(nodes_in)
-        if not nodes:
-            return  # nothing registered yet: the job waits, like a job for a partition that is down
-        if len(nodes) < count:
-            raise errors.InvalidArgument(
-                f"the job asks for {count} nodes but partition {spec['partition']} has {len(nodes)}"
-            )
-        if max(c for c, _m in nodes) < cpus:
-            raise errors.InvalidArgument(
-                f"the job asks for {cpus} CPUs per node but the largest node in partition "
-                f"{spec['partition']} has {max(c for c, _m in nodes)}"
-            )
-        if mem and max(m for _c, m in nodes) < mem:
-            raise errors.InvalidArgument(
-                f"the job asks for {mem} MB per node but the largest node has {max(m for _c, m in nodes)} MB"
-            )
 
     def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
         """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
@@ -383,8 +381,8 @@ def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
         return None
     out = dict(node)
     out["jobs"] = list(node["jobs"])
+    out["gres"], out["alloc_gres"] = dict(node.get("gres") or {}), dict(node.get("alloc_gres") or {})
+    out["features"] = list(node.get("features") or [])
     out["state"] = s.node_state(node)
     out["reason"], out["reason_set_by"], out["reason_time"] = s.node_reason(node)
     return out
-    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
-        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}

@@ -12,7 +12,6 @@ import copy
 from typing import Any
 
 from spur_hpc.controller import placement, wal
-from spur_hpc.controller.steps import StepOps
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
 from spur_hpc.model import (
@@ -35,7 +34,6 @@ from spur_hpc.model import (
     format_array_ranges,
     parse_array,
     parse_array_ranges,
-    per_node_cpus,
 )
 
 # The snapshot format this code reads. A snapshot is written as format 1 while the cluster runs WAL level 1
@@ -67,7 +65,7 @@ def submission_key(uid: int, key: str) -> str:
     return f"{uid}\x00{key}"
 
 
-class ClusterState(StepOps):
+class ClusterState:
     def __init__(self) -> None:
         self.format = STATE_FORMAT
         self.cluster_name = ""
@@ -217,6 +215,8 @@ class ClusterState(StepOps):
             return IDLE
         if node["alloc_cpus"] >= node["cpus"] or (node["memory_mb"] and node["alloc_mem"] >= node["memory_mb"]):
             return ALLOCATED
+        if node.get("exclusive_job"):
+            return ALLOCATED
         return MIXED
 
     def node_reason(self, node: dict[str, Any]) -> tuple[str, str, float]:
@@ -264,6 +264,8 @@ class ClusterState(StepOps):
             last_registered=float(r["time"]),
             lost_reason="",
             lost_time=0.0,
+            gres=dict(r.get("gres") or {}),  # [agent] gres and features (placement.py)
+            features=list(r.get("features") or []),
         )
         # Reconcile: what the agent holds vs what we think runs there.
         reported = {(int(j), int(a)) for j, a in r.get("running", [])}
@@ -382,8 +384,7 @@ class ClusterState(StepOps):
     def fits(self, node: dict[str, Any], spec: dict[str, Any]) -> bool:
         if not self.schedulable(node):
             return False
-        free = {"cpus": node["cpus"] - node["alloc_cpus"], "mem": node["memory_mb"] - node["alloc_mem"]}
-        return placement.fits(node, free, spec)
+        return placement.fits(node, placement.node_free(node), spec)
 
     def _op_job_start(self, r: dict[str, Any]) -> dict[str, Any]:
         job = self.jobs.get(int(r["job_id"]))
@@ -394,39 +395,21 @@ class ClusterState(StepOps):
         if job.get("array_pending"):
             return err("conflict", f"job {job['job_id']} is an array: its tasks start with job_array_split")
         names = list(r["nodes"])
-        if len(names) != max(1, job["spec"].get("nodes") or 1) or len(set(names)) != len(names):
-            return err("invalid", f"job {job['job_id']} needs {job['spec'].get('nodes') or 1} distinct nodes")
-        for name in names:
-            node = self.nodes.get(name)
-            if node is None or not self.fits(node, job["spec"]):
-                return err("conflict", f"node {name} cannot take job {job['job_id']} any more")
-        cpus, mem = per_node_cpus(job["spec"]), int(job["spec"].get("memory_mb") or 0)
-        for name in names:
-            node = self.nodes[name]
-            node["alloc_cpus"] += cpus
-            node["alloc_mem"] += mem
-            node["jobs"].append(job["job_id"])
+        problem = placement.start_problem(self, job, names)  # the nodes, their free share, --nodelist
+        if problem is not None:
+            return err(*problem)
         job.update(
-        self._steps_job_started(job)
             state=RUNNING,
             reason=NO_REASON,
             nodes=names,
             attempt=int(r["attempt"]),
             start_time=float(r["time"]),
-            alloc={"cpus": cpus, "memory_mb": mem},
+            alloc=placement.hold(self, job, names),
         )
         return ok(job_id=job["job_id"], attempt=job["attempt"])
-        self._steps_job_finished(job)
 
     def _release(self, job: dict[str, Any]) -> None:
-        alloc = job.get("alloc") or {"cpus": 0, "memory_mb": 0}
-        for name in job["nodes"]:
-            node = self.nodes.get(name)
-            if node is not None and job["job_id"] in node["jobs"]:
-                node["jobs"].remove(job["job_id"])
-                node["alloc_cpus"] = max(0, node["alloc_cpus"] - alloc["cpus"])
-                node["alloc_mem"] = max(0, node["alloc_mem"] - alloc["memory_mb"])
-        job["alloc"] = {"cpus": 0, "memory_mb": 0}
+        placement.release(self, job)  # what job["alloc"] holds on each node, gres and exclusivity included
 
     def _finish(self, job: dict[str, Any], state: str, when: float, exit_code: int, signal: int, reason: str) -> None:
         self._release(job)
@@ -583,7 +566,6 @@ class ClusterState(StepOps):
                 if job.get("array_pending") or job.get("array_task_id") not in wanted:
                     continue
                 matched.add(job["array_task_id"])
-        self._steps_job_requeued(job, when)
             if job["state"] == PENDING:
                 job.update(state=CANCELLED, end_time=when, reason=reason)
                 cancelled.append(job["job_id"] if not job.get("array_pending") else array_id)
