@@ -1,7 +1,9 @@
 """How sacct prints job records: named fields, Slurm's widths, '+' on truncation, --parsable variants.
 
-Independent of where the records come from (the controller today, the accounting database later): it takes
-objects with the Job message's attributes.
+Independent of where the records come from (the accounting database or the controller's job list): it takes
+objects with the Job message's attributes. Each job is one line, followed by one line per step (N.batch,
+N.0, ...) unless only allocations are asked for; array tasks are N_T and an array's waiting tasks
+N_[pending%max], as in Slurm.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from spur_hpc import model
 from spur_hpc.cli import jobview, slurmformat, units
 from spur_hpc.cli.runner import CliError, printable
+from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,39 +19,145 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+MEMORY_UNITS = "KMGTP"  # sacct --units
 
 
-def _elapsed(job: Any, now: float) -> float:
-    return jobview.elapsed_seconds(job, now)
+class Line:
+    """One line of sacct: a job (step None) or one of its steps (a Step message)."""
+
+    __slots__ = ("job", "step", "units")
+
+    def __init__(self, job: Any, step: Any = None, units: str = "") -> None:
+        self.job = job
+        self.step = step
+        self.units = units
+
+
+def job_label(job: Any) -> str:
+    """JobID as sacct prints it: N, N_T for an array task, N_[pending%max] for an array's waiting tasks."""
+    if job.array_job_id:
+        return model.array_task_label(job.array_job_id, job.array_task_id, job.array_pending, job.array_max_running)
+    return str(job.job_id)
+
+
+def _state(value: Any) -> str:
+    return value if isinstance(value, str) else protocodec.schema().enum_name("JobState", value)
+
+
+def _elapsed(line: Line, now: float) -> float:
+    if line.step is None:
+        return jobview.elapsed_seconds(line.job, now)
+    step = line.step
+    if not step.start_time:
+        return 0.0
+    return max(0.0, (step.end_time or now) - step.start_time)
+
+
+def _job_only(value: Callable[[Any, float], str]) -> Callable[[Line, float], str]:
+    """A field Slurm leaves empty on step lines."""
+    return lambda line, now: value(line.job, now) if line.step is None else ""
+
+
+def _either(job_value: Callable[[Any, float], str], step_value: Callable[[Any, float], str]):
+    return lambda line, now: job_value(line.job, now) if line.step is None else step_value(line.step, now)
+
+
+def _memory(mb: int, units: str) -> str:
+    if not mb:
+        return "0"
+    if not units:
+        return f"{mb}M"
+    value = mb * 1024.0 / 1024 ** MEMORY_UNITS.index(units)
+    return f"{value:.0f}{units}" if value == int(value) else f"{value:.2f}{units}"
+
+
+def _cpus(step: Any) -> int:
+    return max(1, step.tasks) * max(1, step.cpus_per_task)
+
+
+def _times(step_field: str, job_field: str):
+    return _either(
+        lambda j, now: units.format_timestamp(getattr(j, job_field)),
+        lambda s, now: units.format_timestamp(getattr(s, step_field)),
+    )
 
 
 # lower-case name -> (title, width, right-justified, value)
-FIELDS: dict[str, tuple[str, int, bool, Callable[[Any, float], str]]] = {
-    "jobid": ("JobID", 12, False, lambda j, now: str(j.job_id)),
-    "jobidraw": ("JobIDRaw", 12, False, lambda j, now: str(j.job_id)),
-    "jobname": ("JobName", 10, True, lambda j, now: j.spec.name),
-    "user": ("User", 9, True, lambda j, now: j.spec.user or str(j.spec.uid)),
-    "uid": ("UID", 6, True, lambda j, now: str(j.spec.uid)),
-    "gid": ("GID", 6, True, lambda j, now: str(j.spec.gid)),
-    "account": ("Account", 10, True, lambda j, now: j.spec.account),
-    "partition": ("Partition", 10, True, lambda j, now: jobview.partition(j)),
-    "alloccpus": ("AllocCPUS", 10, True, lambda j, now: str(jobview.cpu_count(j)) if j.start_time else "0"),
-    "ncpus": ("NCPUS", 10, True, lambda j, now: str(jobview.cpu_count(j))),
-    "reqcpus": ("ReqCPUS", 8, True, lambda j, now: str(jobview.cpu_count(j))),
-    "allocnodes": ("AllocNodes", 10, True, lambda j, now: str(len(j.nodes))),
-    "nnodes": ("NNodes", 8, True, lambda j, now: str(jobview.node_count(j))),
-    "nodelist": ("NodeList", 15, False, lambda j, now: model.compress_hostlist(list(j.nodes)) or "None assigned"),
-    "state": ("State", 10, True, lambda j, now: jobview.state_name(j)),
-    "exitcode": ("ExitCode", 8, True, lambda j, now: f"{j.exit_code}:{j.signal}"),
-    "elapsed": ("Elapsed", 10, True, lambda j, now: units.format_clock(_elapsed(j, now))),
-    "elapsedraw": ("ElapsedRaw", 10, True, lambda j, now: str(int(_elapsed(j, now)))),
-    "submit": ("Submit", 19, True, lambda j, now: units.format_timestamp(j.submit_time)),
-    "start": ("Start", 19, True, lambda j, now: units.format_timestamp(j.start_time)),
-    "end": ("End", 19, True, lambda j, now: units.format_timestamp(j.end_time)),
-    "timelimit": ("Timelimit", 10, True, lambda j, now: units.format_limit(j.spec.time_limit_secs, clock=True)),
-    "reqmem": ("ReqMem", 10, True, lambda j, now: f"{j.spec.memory_mb}M" if j.spec.memory_mb else "0"),
-    "workdir": ("WorkDir", 20, False, lambda j, now: j.spec.work_dir),
-    "reason": ("Reason", 20, True, lambda j, now: j.reason or "None"),
+FIELDS: dict[str, tuple[str, int, bool, Callable[[Line, float], str]]] = {
+    "jobid": ("JobID", 12, False, lambda ln, now: job_label(ln.job) + (f".{ln.step.step_id}" if ln.step else "")),
+    "jobidraw": (
+        "JobIDRaw",
+        12,
+        False,
+        lambda ln, now: str(ln.job.job_id) + (f".{ln.step.step_id}" if ln.step else ""),
+    ),
+    "jobname": ("JobName", 10, True, _either(lambda j, now: j.spec.name, lambda s, now: s.name)),
+    "user": ("User", 9, True, _job_only(lambda j, now: j.spec.user or str(j.spec.uid))),
+    "uid": ("UID", 6, True, _job_only(lambda j, now: str(j.spec.uid))),
+    "gid": ("GID", 6, True, _job_only(lambda j, now: str(j.spec.gid))),
+    "account": ("Account", 10, True, lambda ln, now: ln.job.spec.account),
+    "partition": ("Partition", 10, True, _job_only(lambda j, now: jobview.partition(j))),
+    "alloccpus": (
+        "AllocCPUS",
+        10,
+        True,
+        _either(lambda j, now: str(jobview.cpu_count(j)) if j.start_time else "0", lambda s, now: str(_cpus(s))),
+    ),
+    "ncpus": ("NCPUS", 10, True, _either(lambda j, now: str(jobview.cpu_count(j)), lambda s, now: str(_cpus(s)))),
+    "reqcpus": ("ReqCPUS", 8, True, _either(lambda j, now: str(jobview.cpu_count(j)), lambda s, now: str(_cpus(s)))),
+    "allocnodes": ("AllocNodes", 10, True, _either(lambda j, now: str(len(j.nodes)), lambda s, now: str(len(s.nodes)))),
+    "nnodes": ("NNodes", 8, True, _either(lambda j, now: str(jobview.node_count(j)), lambda s, now: str(len(s.nodes)))),
+    "reqnodes": (
+        "ReqNodes",
+        8,
+        True,
+        _either(lambda j, now: str(jobview.node_count(j)), lambda s, now: str(len(s.nodes))),
+    ),
+    "ntasks": ("NTasks", 8, True, _either(lambda j, now: "", lambda s, now: str(max(1, s.tasks)))),
+    "nodelist": (
+        "NodeList",
+        15,
+        False,
+        _either(
+            lambda j, now: model.compress_hostlist(list(j.nodes)) or "None assigned",
+            lambda s, now: model.compress_hostlist(list(s.nodes)) or "None assigned",
+        ),
+    ),
+    "state": ("State", 10, True, _either(lambda j, now: jobview.state_name(j), lambda s, now: _state(s.state))),
+    "exitcode": (
+        "ExitCode",
+        8,
+        True,
+        _either(lambda j, now: f"{j.exit_code}:{j.signal}", lambda s, now: f"{s.exit_code}:{s.signal}"),
+    ),
+    "elapsed": ("Elapsed", 10, True, lambda ln, now: units.format_clock(_elapsed(ln, now))),
+    "elapsedraw": ("ElapsedRaw", 10, True, lambda ln, now: str(int(_elapsed(ln, now)))),
+    "submit": ("Submit", 19, True, _times("start_time", "submit_time")),  # a step is submitted as it starts
+    "eligible": ("Eligible", 19, True, _times("start_time", "eligible_time")),
+    "start": ("Start", 19, True, _times("start_time", "start_time")),
+    "end": ("End", 19, True, _times("end_time", "end_time")),
+    "timelimit": (
+        "Timelimit",
+        10,
+        True,
+        _job_only(lambda j, now: units.format_limit(j.spec.time_limit_secs, clock=True)),
+    ),
+    "timelimitraw": (
+        "TimelimitRaw",
+        12,
+        True,
+        _job_only(lambda j, now: str(j.spec.time_limit_secs // 60) if j.spec.time_limit_secs else "UNLIMITED"),
+    ),
+    "reqmem": ("ReqMem", 10, True, lambda ln, now: _memory(ln.job.spec.memory_mb, ln.units)),
+    "workdir": ("WorkDir", 20, False, _job_only(lambda j, now: j.spec.work_dir)),
+    "reason": ("Reason", 20, True, _job_only(lambda j, now: j.reason or "None")),
+    "comment": ("Comment", 15, True, _job_only(lambda j, now: j.spec.comment)),
+    "wckey": ("WCKey", 10, True, _job_only(lambda j, now: j.spec.wckey)),
+    "qos": ("QOS", 10, True, _job_only(lambda j, now: j.spec.qos)),
+    "constraints": ("Constraints", 19, True, _job_only(lambda j, now: j.spec.constraint)),
+    "restarts": ("Restarts", 8, True, _job_only(lambda j, now: str(j.restart_count))),
+    "stdout": ("StdOut", 20, False, _job_only(lambda j, now: jobview.stdout_path(j))),
+    "stderr": ("StdErr", 20, False, _job_only(lambda j, now: jobview.stderr_path(j))),
 }
 
 
@@ -92,21 +201,38 @@ def _fit(value: str, width: int, right: bool) -> str:
     return value.rjust(width) if right else value.ljust(width)
 
 
+def lines_of(jobs: list[Any], allocations: bool = False, units: str = "") -> list[Line]:
+    """A line per job and, unless allocations, a line per step under it (batch first, then 0, 1, ...)."""
+    out = []
+    for job in jobs:
+        out.append(Line(job, None, units))
+        if not allocations:
+            out.extend(Line(job, step, units) for step in getattr(job, "steps", None) or [])
+    return out
+
+
 def sacct_lines(
-    jobs: list[Any], fields: list[FieldSpec], now: float, header: bool = True, parsable: str = ""
+    lines: list[Any],
+    fields: list[FieldSpec],
+    now: float,
+    header: bool = True,
+    parsable: str = "",
+    delimiter: str = "|",
 ) -> list[str]:
-    """parsable: '' (columns), 'parsable' (every value followed by '|') or 'parsable2' ('|' between values)."""
-    rows = [[printable(FIELDS[f.key][3](job, now)) for f in fields] for job in jobs]  # one record, one line
+    """lines: Lines, or jobs (each then one line of its own). parsable: '' (columns), 'parsable' (every value
+    followed by the delimiter) or 'parsable2' (the delimiter between values)."""
+    lines = [line if isinstance(line, Line) else Line(line) for line in lines]
+    rows = [[printable(FIELDS[f.key][3](line, now)) for f in fields] for line in lines]
     titles = [FIELDS[f.key][0] for f in fields]
-    lines = []
+    out = []
     if parsable:
-        ending = "|" if parsable == "parsable" else ""
+        ending = delimiter if parsable == "parsable" else ""
         if header:
-            lines.append("|".join(titles) + ending)
-        lines.extend("|".join(row) + ending for row in rows)
-        return lines
+            out.append(delimiter.join(titles) + ending)
+        out.extend(delimiter.join(row) + ending for row in rows)
+        return out
     if header:
-        lines.append(" ".join(_fit(t, f.width, f.right) for t, f in zip(titles, fields, strict=True)).rstrip())
-        lines.append(" ".join("-" * f.width for f in fields))
-    lines.extend(" ".join(_fit(v, f.width, f.right) for v, f in zip(row, fields, strict=True)).rstrip() for row in rows)
-    return lines
+        out.append(" ".join(_fit(t, f.width, f.right) for t, f in zip(titles, fields, strict=True)).rstrip())
+        out.append(" ".join("-" * f.width for f in fields))
+    out.extend(" ".join(_fit(v, f.width, f.right) for v, f in zip(row, fields, strict=True)).rstrip() for row in rows)
+    return out

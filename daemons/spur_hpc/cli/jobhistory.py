@@ -10,39 +10,130 @@ it pulls in psycopg):
   when it was submitted before E and had not ended before S.
 - with -s: S defaults to now (the epoch with job ids) and E to S. PENDING matches a job that waited during
   the window, RUNNING one that ran during it, a finished state one that ended in the window in that state.
+
+-j takes Slurm's job references: N (a job, or every task of array N), N_T and N_[T-U,V] (those tasks of array
+N; a task still waiting is matched by the array's pending record), N.S and N.batch (that step only).
 """
 
 from __future__ import annotations
 
 import time
 
-from spur_hpc.cli import jobview
+from spur_hpc import model
+from spur_hpc.cli import commandline, jobview
+from spur_hpc.cli.runner import CliError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 
+JOB_REFERENCE_FORMS = "N, N_T, N_[T-U], N.STEP or N.batch (comma-separated)"
+
+
+class JobSelector:
+    """One -j reference: a job id, optionally array task ids (None: any) and a step id (None: the job and its
+    steps)."""
+
+    __slots__ = ("job_id", "tasks", "step")
+
+    def __init__(self, job_id: int, tasks: frozenset[int] | None = None, step: str | None = None) -> None:
+        self.job_id = job_id
+        self.tasks = tasks
+        self.step = step
+
+    def matches_job(self, job: Any) -> bool:
+        if self.tasks is None:
+            return job.job_id == self.job_id or (job.array_job_id != 0 and job.array_job_id == self.job_id)
+        if job.array_job_id != self.job_id:
+            return False
+        if job.array_pending:
+            return not self.tasks.isdisjoint(model.parse_array_ranges(job.array_pending))
+        return job.array_task_id in self.tasks
+
+    def matches_step(self, step: Any) -> bool:
+        """Whether the line of this step (None: the job's own line) is shown, given that its job matched."""
+        if self.step is None:
+            return True
+        return step is not None and step.step_id == self.step
+
+
+def _split_references(text: str) -> list[str]:
+    """Split at commas outside brackets: 12_[1,3],14 -> 12_[1,3] and 14."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_job_reference(text: str) -> JobSelector:
+    def bad(why: str = "") -> CliError:
+        return CliError(f"invalid job reference '{text}' in --jobs{why}: write {JOB_REFERENCE_FORMS}")
+
+    rest, dot, step = text.partition(".")
+    if dot and not (step == model.BATCH_STEP or step.isdigit()):
+        raise bad(f" (the step '{step}' is neither batch nor a number)")
+    job_text, underscore, task_text = rest.partition("_")
+    if not job_text.isdigit():
+        raise bad()
+    job_id = commandline.parse_job_id(job_text, "job id in --jobs")
+    tasks = None
+    if underscore:
+        ranges = task_text[1:-1] if task_text.startswith("[") and task_text.endswith("]") else task_text
+        if not ranges:
+            raise bad(" (no task ids after _)")
+        try:
+            tasks = frozenset(model.parse_array_ranges(ranges, "--jobs task ids"))
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    return JobSelector(job_id, tasks, step if dot else None)
+
+
+def parse_job_references(items: list[str]) -> list[JobSelector]:
+    return [parse_job_reference(part) for item in items for part in _split_references(item)]
+
+
 class HistoryQuery:
-    __slots__ = ("job_ids", "users", "states", "names", "partitions", "start", "end")
+    __slots__ = ("selectors", "users", "states", "names", "partitions", "start", "end", "all_clusters")
 
     def __init__(
         self,
-        job_ids: list[int] | None = None,
+        selectors: list[JobSelector] | None = None,
         users: list[str] | None = None,
         states: list[str] | None = None,
         names: list[str] | None = None,
         partitions: list[str] | None = None,
         start: float | None = None,
         end: float | None = None,
+        all_clusters: bool = False,
     ) -> None:
-        self.job_ids = job_ids or []
+        self.selectors = selectors or []
         self.users = users or []
         self.states = states or []
         self.names = names or []
         self.partitions = partitions or []
         self.start = start
         self.end = end
+        self.all_clusters = all_clusters
+
+    @property
+    def job_ids(self) -> list[int]:
+        return sorted({s.job_id for s in self.selectors})
+
+    def wants_job(self, job: Any) -> bool:
+        return not self.selectors or any(s.matches_job(job) for s in self.selectors)
+
+    def wants_line(self, job: Any, step: Any) -> bool:
+        """Whether sacct shows this line: a job's own (step None) or one of its steps'."""
+        if not self.selectors:
+            return True
+        return any(s.matches_job(job) and s.matches_step(step) for s in self.selectors)
 
 
 def window(query: HistoryQuery, now: float) -> tuple[float, float]:
@@ -79,7 +170,7 @@ def _in_state_during(job: Any, state: str, start: float, end: float) -> bool:
 
 
 def selected(job: Any, query: HistoryQuery, start: float, end: float) -> bool:
-    if query.job_ids and job.job_id not in query.job_ids:
+    if not query.wants_job(job):
         return False
     if query.users and job.spec.user not in query.users:
         return False
@@ -128,6 +219,8 @@ class AccountingJobHistory:
             "states": query.states,
             "start_time": query.start or 0.0,
             "end_time": query.end or 0.0,
+            "names": query.names,
+            "all_clusters": query.all_clusters,
         }
         jobs = self.client.call("JobHistory", request).jobs
         wanted = [
@@ -135,6 +228,7 @@ class AccountingJobHistory:
             for j in jobs
             if (not query.names or j.spec.name in query.names)
             and (not query.partitions or jobview.partition(j) in query.partitions)
+            and query.wants_job(j)
         ]
         return sorted(wanted, key=lambda job: job.job_id)
 

@@ -20,7 +20,7 @@ LONG_FIELDS = (
     "Timelimit,ReqMem,WorkDir"
 )
 OPTIONS = [
-    Option("jobs", "j", "jobs", "IDS", "only these job ids (comma-separated)", repeat=True),
+    Option("jobs", "j", "jobs", "IDS", f"only these jobs: {jobhistory.JOB_REFERENCE_FORMS}", repeat=True),
     Option(
         "users",
         "u",
@@ -42,6 +42,7 @@ OPTIONS = [
     ),
     Option("names", "", "name", "NAMES", "only jobs with these names", repeat=True),
     Option("partitions", "r", "partition", "PARTITIONS", "only jobs in these partitions", repeat=True),
+    Option("clusters", "M", "clusters", "CLUSTERS", "this cluster's name, or all (every cluster in the database)"),
     Option(
         "format", "o", "format", "FIELDS", f"fields to print (default {acctview.DEFAULT_FIELDS}); 'json' prints JSON"
     ),
@@ -50,23 +51,29 @@ OPTIONS = [
     Option("noheader", "n", "noheader", help="print no header lines"),
     Option("parsable", "p", "parsable", help="fields separated by '|', one after the last"),
     Option("parsable2", "P", "parsable2", help="fields separated by '|', none after the last"),
-    Option("allocations", "X", "allocations", help="accepted for compatibility (jobs have no separate steps)"),
+    Option("delimiter", "", "delimiter", "CHARS", "the separator of --parsable and --parsable2 instead of '|'"),
+    Option("units", "", "units", "UNIT", "memory in this unit: K, M, G, T or P"),
+    Option("allocations", "X", "allocations", help="jobs only, without their steps (N.batch, N.0, ...)"),
     Option("helpformat", "e", "helpformat", help="list the fields --format accepts"),
     Option("json", "", "json", help="print the records as JSON"),
     Option("help", "h", "help", help="show this help and exit"),
     Option("usage", "", "usage", help="show a one-line usage and exit"),
     Option("version", "V", "version", help="show the version and build and exit"),
 ]
-SYNOPSIS = "[-j IDS] [-u USERS | -a] [-S TIME] [-E TIME] [-s STATES] [--format FIELDS] [-n] [-p | -P] [--json]"
+SYNOPSIS = (
+    "[-j IDS] [-u USERS | -a] [-S TIME] [-E TIME] [-s STATES] [--name NAMES] [-M CLUSTERS] [-X] [--format FIELDS] "
+    "[-n] [-p | -P] [--delimiter CHARS] [--units UNIT] [--json]"
+)
 DESCRIPTION = (
     "Show accounting records of jobs.\n"
     "Records come from the accounting database through the controller (JobHistory). On a cluster without\n"
     "accounting they come from the controller's own job list (ListJobs with include_finished=True), which\n"
-    "keeps finished jobs only until the controller purges them."
+    "keeps finished jobs only until the controller purges them.\n"
+    "Each job is followed by its steps (N.batch, N.0, ...) unless -X is given; array tasks show as N_T."
 )
 
 
-def build_query(values: dict, now: float) -> jobhistory.HistoryQuery:
+def build_query(values: dict, now: float, all_clusters: bool = False) -> jobhistory.HistoryQuery:
     users = gather(values["users"])
     if not users and not values["allusers"]:
         from spur_hpc.cli import caller
@@ -80,14 +87,37 @@ def build_query(values: dict, now: float) -> jobhistory.HistoryQuery:
     if start is not None and end is not None and end < start:
         raise CliError(f"--endtime {values['end']} is before --starttime {values['start']}; swap them")
     return jobhistory.HistoryQuery(
-        job_ids=commandline.parse_job_ids(values["jobs"]),
+        selectors=jobhistory.parse_job_references(values["jobs"]),
         users=users,
         states=[s for s in (states or []) if s != "COMPLETING"],
         names=gather(values["names"]),
         partitions=gather(values["partitions"]),
         start=start,
         end=end,
+        all_clusters=all_clusters,
     )
+
+
+def memory_units(text: str | None) -> str:
+    if text is None:
+        return ""
+    unit = text.strip().upper()
+    if len(unit) != 1 or unit not in acctview.MEMORY_UNITS:
+        raise CliError(f"invalid --units value '{text}': use one of {', '.join(acctview.MEMORY_UNITS)}")
+    return unit
+
+
+def wants_all_clusters(client, text: str | None) -> bool:
+    """-M/--clusters: 'all' reads every cluster's records in the database; otherwise it must name this one."""
+    if text is None:
+        return False
+    wanted = [item.strip() for item in text.split(",") if item.strip()]
+    if any(item.lower() == "all" for item in wanted):
+        return True
+    name = client.call("GetClusterInfo").cluster_name
+    if name in wanted:
+        return False
+    raise CliError(f"--clusters {text}: no such cluster; this cluster is '{name}' (or use all)")
 
 
 def main(argv: list[str], program: str = PROGRAM) -> int:
@@ -104,15 +134,26 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         BRIEF_FIELDS if values["brief"] else LONG_FIELDS if values["long"] else acctview.DEFAULT_FIELDS
     )
     fields = [] if as_json else acctview.parse_fields(fields_text)
+    units_text = memory_units(values["units"])
+    delimiter = values["delimiter"] if values["delimiter"] is not None else "|"
+    if not delimiter:
+        raise CliError("--delimiter is empty; give the characters that separate the fields, like --delimiter=,")
     now = time.time()
     query = build_query(values, now)
 
     from spur_hpc.cli.controller import ControllerClient
 
-    jobs = jobhistory.select_jobs(ControllerClient(), query, now)
+    client = ControllerClient()
+    query.all_clusters = wants_all_clusters(client, values["clusters"])
+    jobs = jobhistory.select_jobs(client, query, now)
     if as_json:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0
+    lines = [
+        line
+        for line in acctview.lines_of(jobs, bool(values["allocations"]), units_text)
+        if query.wants_line(line.job, line.step)
+    ]
     parsable = "parsable2" if values["parsable2"] else "parsable" if values["parsable"] else ""
-    commandline.print_lines(acctview.sacct_lines(jobs, fields, now, not values["noheader"], parsable))
+    commandline.print_lines(acctview.sacct_lines(lines, fields, now, not values["noheader"], parsable, delimiter))
     return 0

@@ -1,0 +1,172 @@
+"""sacct's lines for array tasks and job steps, and its -j references (N, N_T, N_[T-U], N.S, N.batch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spur_hpc.cli import acctview, jobhistory
+from spur_hpc.cli.runner import CliError
+from spur_hpc.proto import slurm_pb2 as pb
+
+T0 = 1_760_000_000.0
+
+
+def batch(state: int = pb.COMPLETED, exit_code: int = 0, nodes: tuple[str, ...] = ("node1",)) -> pb.Step:
+    return pb.Step(
+        step_id="batch",
+        name="batch",
+        state=state,
+        nodes=list(nodes),
+        tasks=1,
+        cpus_per_task=2,
+        exit_code=exit_code,
+        start_time=T0 + 10,
+        end_time=T0 + 70,
+        attempt=1,
+    )
+
+
+def job(job_id: int, state: int = pb.COMPLETED, **fields) -> pb.Job:
+    spec = pb.JobSpec(
+        name=fields.pop("name", "work"),
+        user="alice",
+        uid=1000,
+        tasks=2,
+        cpus_per_task=1,
+        account="physics",
+        memory_mb=fields.pop("memory_mb", 0),
+    )
+    started = state != pb.PENDING
+    return pb.Job(
+        job_id=job_id,
+        spec=spec,
+        state=state,
+        submit_time=T0,
+        start_time=T0 + 10 if started else 0,
+        end_time=T0 + 70 if state not in (pb.PENDING, pb.RUNNING) else 0,
+        nodes=["node1", "node2"] if started else [],
+        attempt=1 if started else 0,
+        **fields,
+    )
+
+
+def array_jobs() -> list[pb.Job]:
+    """Array 12 (--array=0-5%2): tasks 0 and 1 done as jobs 13 and 14, task 2 running as 15, 3-5 waiting."""
+    return [
+        job(12, pb.PENDING, array_job_id=12, array_pending="3-5", array_max_running=2),
+        job(13, array_job_id=12, array_task_id=0, steps=[batch()]),
+        job(14, pb.FAILED, exit_code=1, array_job_id=12, array_task_id=1, steps=[batch(pb.FAILED, 1)]),
+        job(15, pb.RUNNING, array_job_id=12, array_task_id=2, steps=[batch(pb.RUNNING)]),
+    ]
+
+
+def steps_job() -> pb.Job:
+    step0 = pb.Step(
+        step_id="0",
+        name="python3",
+        state=pb.COMPLETED,
+        nodes=["node1", "node2"],
+        tasks=4,
+        cpus_per_task=1,
+        start_time=T0 + 20,
+        end_time=T0 + 30,
+        attempt=1,
+    )
+    step1 = pb.Step(
+        step_id="1",
+        name="hostname",
+        state=pb.FAILED,
+        nodes=["node2"],
+        tasks=1,
+        exit_code=2,
+        start_time=T0 + 31,
+        end_time=T0 + 32,
+        attempt=1,
+    )
+    return job(20, pb.FAILED, exit_code=2, steps=[batch(pb.FAILED, 2), step0, step1])
+
+
+def sacct(jobs: list[pb.Job], fields: str, *refs: str, allocations: bool = False, **options) -> list[str]:
+    query = jobhistory.HistoryQuery(selectors=jobhistory.parse_job_references(list(refs)))
+    lines = [
+        ln for ln in acctview.lines_of(jobs, allocations, options.pop("units", "")) if query.wants_line(ln.job, ln.step)
+    ]
+    return acctview.sacct_lines(lines, acctview.parse_fields(fields), T0 + 100, False, "parsable2", **options)
+
+
+def test_array_tasks_show_as_n_t_and_the_waiting_rest_as_n_with_its_range_and_throttle() -> None:
+    assert sacct(array_jobs(), "JobID,JobIDRaw,State", allocations=True) == [
+        "12_[3-5%2]|12|PENDING",
+        "12_0|13|COMPLETED",
+        "12_1|14|FAILED",
+        "12_2|15|RUNNING",
+    ]
+
+
+def test_steps_follow_their_job_unless_only_allocations_are_asked_for() -> None:
+    assert sacct([steps_job()], "JobID,JobName,State,ExitCode,NodeList,AllocCPUS") == [
+        "20|work|FAILED|2:0|node[1-2]|2",
+        "20.batch|batch|FAILED|2:0|node1|2",
+        "20.0|python3|COMPLETED|0:0|node[1-2]|4",
+        "20.1|hostname|FAILED|2:0|node2|1",
+    ]
+    assert sacct([steps_job()], "JobID", allocations=True) == ["20"]
+    # Array tasks' steps carry the task's name; JobIDRaw its own id.
+    assert sacct(array_jobs()[1:2], "JobID,JobIDRaw") == ["12_0|13", "12_0.batch|13.batch"]
+
+
+def test_a_step_line_leaves_the_jobs_own_fields_empty_as_slurm_does() -> None:
+    assert sacct([steps_job()], "JobID,User,Partition,Account,Elapsed", "20.0") == ["20.0|||physics|00:00:10"]
+
+
+def test_submitits_call_with_array_task_ids_lists_those_tasks_and_their_steps() -> None:
+    # sacct -o JobID,State,NodeList --parsable2 -j 12_0,12_4 (task 4 still waits in the array's record)
+    assert sacct(array_jobs(), "JobID,State,NodeList", "12_0,12_4") == [
+        "12_[3-5%2]|PENDING|None assigned",
+        "12_0|COMPLETED|node[1-2]",
+        "12_0.batch|COMPLETED|node1",
+    ]
+    assert sacct(array_jobs(), "JobID", "12_[1-2]", allocations=True) == ["12_1", "12_2"]
+    assert len(sacct(array_jobs(), "JobID", "12", allocations=True)) == 4  # the array's id: every record
+    assert sacct(array_jobs(), "JobID", "15", allocations=True) == ["12_2"]  # a task by its own id
+
+
+def test_a_step_reference_shows_that_step_only() -> None:
+    assert sacct([steps_job()], "JobID,State", "20.1") == ["20.1|FAILED"]
+    assert sacct([steps_job()], "JobID", "20.batch") == ["20.batch"]
+    assert sacct(array_jobs(), "JobID", "12_1.batch") == ["12_1.batch"]
+
+
+def test_delimiter_and_units() -> None:
+    big = job(30, memory_mb=4096)
+    assert sacct([big], "JobID,ReqMem", allocations=True, delimiter=",") == ["30,4096M"]
+    assert sacct([big], "JobID,ReqMem", allocations=True, units="G") == ["30|4G"]
+    assert sacct([job(31, memory_mb=1000)], "ReqMem", allocations=True, units="G") == ["0.98G"]
+    assert sacct([big], "ReqMem", allocations=True, units="K") == ["4194304K"]
+
+
+def test_out_of_memory_and_deadline_states_are_named() -> None:
+    assert sacct([job(40, pb.OUT_OF_MEMORY), job(41, pb.DEADLINE)], "JobID,State", allocations=True) == [
+        "40|OUT_OF_MEMORY",
+        "41|DEADLINE",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("7", [(7, None, None)]),
+        ("12_3", [(12, {3}, None)]),
+        ("12_[1-3,7],14.0", [(12, {1, 2, 3, 7}, None), (14, None, "0")]),
+        ("12_3.batch", [(12, {3}, "batch")]),
+    ],
+)
+def test_job_references_are_read_as_slurm_writes_them(text: str, expected: list) -> None:
+    parsed = jobhistory.parse_job_references([text])
+    assert [(s.job_id, None if s.tasks is None else set(s.tasks), s.step) for s in parsed] == expected
+
+
+@pytest.mark.parametrize("text", ["x", "12_", "12.extern2", "0", "12_[1-", "12_99999999999"])
+def test_a_bad_job_reference_is_refused_with_the_forms_to_use(text: str) -> None:
+    with pytest.raises(CliError):
+        jobhistory.parse_job_references([text])
