@@ -156,8 +156,8 @@ class FakeController(pb_grpc.SlurmControllerServicer):
         with self.state.lock:
             jobs = []
             for job in self.state.jobs.values():
-                if request.job_ids and job.job_id not in request.job_ids:
-                    continue
+                if request.job_ids and not {job.job_id, job.array_job_id} & set(request.job_ids):
+                    continue  # an array's id names all its records, as the controller's list does
                 if request.users and job.spec.user not in request.users:
                     continue
                 if request.states and job.state not in request.states:

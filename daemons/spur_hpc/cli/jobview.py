@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from spur_hpc import model
 from spur_hpc.cli import slurmformat, units
-from spur_hpc.cli.runner import printable
+from spur_hpc.cli.runner import CliError, printable
 from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
@@ -27,6 +27,8 @@ STATE_CODES = {
     "CANCELLED": "CA",
     "TIMEOUT": "TO",
     "NODE_FAIL": "NF",
+    "OUT_OF_MEMORY": "OOM",
+    "DEADLINE": "DL",
     "JOB_STATE_UNKNOWN": "UN",
 }
 
@@ -55,7 +57,73 @@ SQUEUE_TITLES = {
     "e": "END_TIME",
     "Z": "WORK_DIR",
     "o": "STDOUT",
+    "F": "ARRAY_JOB_ID",
+    "K": "ARRAY_TASK_ID",
+    "k": "COMMENT",
+    "E": "DEPENDENCY",
+    "f": "FEATURES",
+    "q": "QOS",
+    "w": "WCKEY",
+    "y": "NICE",
+    "n": "REQ_NODES",
+    "x": "EXC_NODES",
+    "B": "EXEC_HOST",
+    "c": "MIN_CPUS",
+    "g": "GROUP",
 }
+
+
+class ArrayTaskRow:
+    """One pending task of an array's record, as squeue -r shows it: the record with that task's id."""
+
+    __slots__ = ("_job", "array_task_id")
+
+    def __init__(self, job: Any, task_id: int) -> None:
+        self._job = job
+        self.array_task_id = task_id
+
+    array_pending = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._job, name)
+
+
+def expand_array_rows(jobs: list[Any]) -> list[Any]:
+    """squeue -r: each pending task of an array on a line of its own (bounded by model.MAX_ARRAY_TASKS)."""
+    rows: list[Any] = []
+    for job in jobs:
+        if job.array_job_id and job.array_pending:
+            rows.extend(ArrayTaskRow(job, task) for task in model.parse_array_ranges(job.array_pending))
+        else:
+            rows.append(job)
+    return rows
+
+
+def job_id_label(job: Any) -> str:
+    """%i: 12 for a job, 12_3 for an array's task, 12_[3-15%4] for an array's pending rest."""
+    if not job.array_job_id:
+        return str(job.job_id)
+    if job.array_pending:
+        return model.array_task_label(job.array_job_id, pending=job.array_pending, max_running=job.array_max_running)
+    return model.array_task_label(job.array_job_id, job.array_task_id)
+
+
+def array_task_text(job: Any) -> str:
+    """%K: the task id, the pending rest (3-15%4) or N/A for a job that is not an array's."""
+    if not job.array_job_id:
+        return "N/A"
+    if job.array_pending:
+        return job.array_pending + (f"%{job.array_max_running}" if job.array_max_running else "")
+    return str(job.array_task_id)
+
+
+def group_name(gid: int) -> str:
+    try:
+        import grp
+
+        return grp.getgrgid(gid).gr_name
+    except (KeyError, ImportError, OverflowError):
+        return str(gid)
 
 
 def state_name(job: Any) -> str:
@@ -110,8 +178,36 @@ def stderr_path(job: Any) -> str:
 
 def squeue_value(letter: str, job: Any, now: float) -> str:
     state = state_name(job)
-    if letter in ("i", "A"):
+    if letter == "i":
+        return job_id_label(job)
+    if letter == "A":
         return str(job.job_id)
+    if letter == "F":
+        return str(job.array_job_id or job.job_id)
+    if letter == "K":
+        return array_task_text(job)
+    if letter == "k":
+        return job.spec.comment or "(null)"
+    if letter == "E":
+        return job.spec.dependency or "(null)"
+    if letter == "f":
+        return job.spec.constraint or "(null)"
+    if letter == "q":
+        return job.spec.qos or "normal"
+    if letter == "w":
+        return job.spec.wckey or "(null)"
+    if letter == "y":
+        return str(job.spec.nice)
+    if letter == "n":
+        return job.spec.nodelist
+    if letter == "x":
+        return job.spec.exclude
+    if letter == "B":
+        return job.nodes[0] if job.nodes else "n/a"
+    if letter == "c":
+        return str(max(1, job.spec.cpus_per_task))
+    if letter == "g":
+        return group_name(job.spec.gid)
     if letter == "j":
         return job.spec.name
     if letter == "u":
@@ -170,6 +266,65 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
 def squeue_lines(jobs: list[Any], format_text: str, header: bool, now: float, program: str = "squeue") -> list[str]:
     columns = slurmformat.parse(program, format_text, SQUEUE_TITLES)
     return slurmformat.render(columns, jobs, lambda letter, job: squeue_value(letter, job, now), SQUEUE_TITLES, header)
+
+
+# squeue -O/--Format: Slurm's field names (case does not matter) -> (title, the -o letter that prints it)
+FORMAT_FIELDS = {
+    "account": ("ACCOUNT", "a"), "arrayjobid": ("ARRAY_JOB_ID", "F"), "arraytaskid": ("ARRAY_TASK_ID", "K"),
+    "batchhost": ("EXEC_HOST", "B"), "comment": ("COMMENT", "k"), "cpus-per-task": ("CPUS_PER_TASK", "c"),
+    "dependency": ("DEPENDENCY", "E"), "endtime": ("END_TIME", "e"), "feature": ("FEATURES", "f"),
+    "groupid": ("GROUP", "G"), "groupname": ("GROUP", "g"), "jobarrayid": ("JOBID", "i"), "jobid": ("JOBID", "A"),
+    "minmemory": ("MIN_MEMORY", "m"), "name": ("NAME", "j"), "nice": ("NICE", "y"), "nodelist": ("NODELIST", "N"),
+    "numcpus": ("CPUS", "C"), "numnodes": ("NODES", "D"), "partition": ("PARTITION", "P"), "qos": ("QOS", "q"),
+    "reason": ("REASON", "r"), "reasonlist": ("NODELIST(REASON)", "R"), "reqnodes": ("REQ_NODES", "n"),
+    "excnodes": ("EXC_NODES", "x"), "starttime": ("START_TIME", "S"), "state": ("STATE", "T"),
+    "statecompact": ("ST", "t"), "stdout": ("STDOUT", "o"), "submittime": ("SUBMIT_TIME", "V"),
+    "timeleft": ("TIME_LEFT", "L"), "timelimit": ("TIME_LIMIT", "l"), "timeused": ("TIME", "M"),
+    "userid": ("UID", "U"), "username": ("USER", "u"), "wckey": ("WCKEY", "w"), "workdir": ("WORK_DIR", "Z"),
+}  # fmt: skip
+FORMAT_EXTRA = {
+    "stderr": ("STDERR", lambda job, now: stderr_path(job)),
+    "numtasks": ("TASKS", lambda job, now: str(max(1, job.spec.tasks))),
+    "restartcnt": ("RESTART_CNT", lambda job, now: str(job.restart_count)),
+    "eligibletime": ("ELIGIBLE_TIME", lambda job, now: units.format_timestamp(job.eligible_time, "N/A")),
+    "deadline": ("DEADLINE", lambda job, now: units.format_timestamp(job.spec.deadline, "N/A")),
+    "timemin": ("TIME_MIN", lambda job, now: units.format_limit(job.spec.time_min_secs, "0:00")),
+    "cluster": ("CLUSTER", lambda job, now: job.spec.cluster_name or "N/A"),
+}
+DEFAULT_FIELD_WIDTH = 20  # a -O field without :size
+
+
+def format_fields_lines(jobs: list[Any], text: str, header: bool, now: float, program: str = "squeue") -> list[str]:
+    """squeue -O 'JobID:\x1f,State:.10,Name': each field type[:[.][size][suffix]] (no :size: 20 wide; an
+    empty size: as wide as the value). The suffix is copied after the field (Open OnDemand splits on it)."""
+    columns: list[slurmformat.Column] = []
+    titles: dict[str, str] = {}
+    for item in text.split(","):
+        name, colon, spec = item.partition(":")
+        key = name.strip().lower()
+        if key not in FORMAT_FIELDS and key not in FORMAT_EXTRA:
+            known = ", ".join(sorted(set(FORMAT_FIELDS) | set(FORMAT_EXTRA)))
+            raise CliError(f"unknown -O field '{name}'; {program} knows {known}")
+        titles[key] = (FORMAT_FIELDS.get(key) or FORMAT_EXTRA[key])[0]
+        right = spec.startswith(".")
+        spec = spec[1:] if right else spec
+        digits = spec[: len(spec) - len(spec.lstrip("0123456789"))]
+        suffix = spec[len(digits) :]
+        width = slurmformat.parse_width(digits, f"-O field '{item}'") if digits else None
+        if not colon:
+            width = DEFAULT_FIELD_WIDTH
+        columns.append(slurmformat.Column(key, width or None, right))
+        if suffix:
+            columns.append(slurmformat.Column("", None, False, suffix))
+        elif not colon or width:
+            columns.append(slurmformat.Column("", None, False, " "))
+
+    def value_of(key: str, job: Any) -> str:
+        if key in FORMAT_FIELDS:
+            return squeue_value(FORMAT_FIELDS[key][1], job, now)
+        return FORMAT_EXTRA[key][1](job, now)
+
+    return slurmformat.render(columns, jobs, value_of, titles, header)
 
 
 def _user_and_group(job: Any) -> tuple[str, str]:

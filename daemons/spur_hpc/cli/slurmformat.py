@@ -109,13 +109,13 @@ def render(
         lines.append(
             "".join(
                 fit(titles[c.letter], widths[i], c.right) if c.letter else c.literal for i, c in enumerate(columns)
-            ).rstrip()
+            ).rstrip(" ")  # not str.isspace: \x1f, a delimiter Open OnDemand splits on, is "space" to it
         )
     for row_cells in cells:
         lines.append(
             "".join(
                 fit(cell, widths[i], c.right) if c.letter else cell
                 for i, (c, cell) in enumerate(zip(columns, row_cells, strict=True))
-            ).rstrip()
+            ).rstrip(" ")  # not str.isspace: \x1f, a delimiter Open OnDemand splits on, is "space" to it
         )
     return lines

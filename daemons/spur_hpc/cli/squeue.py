@@ -32,6 +32,9 @@ OPTIONS = [
     Option("partitions", "p", "partition", "PARTITIONS", "only jobs in these partitions", repeat=True),
     Option("names", "n", "name", "NAMES", "only jobs with these names", repeat=True),
     Option("long", "l", "long", help="long format (state names and time limits)"),
+    Option("array", "r", "array", help="each pending task of an array on a line of its own"),
+    Option("Format", "O", "Format", "FIELDS", "columns by name: JobID,State:.10,Name:\\x1f (type[:[.][size][suffix]])"),
+    Option("noconvert", "", "noconvert", help="accepted for compatibility (sizes are shown in megabytes)"),
     Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
     Option("json", "", "json", help="print the jobs as JSON"),
     *commandline.INFO_OPTIONS,
@@ -56,9 +59,56 @@ def parse_states(items: list[str]) -> list[str] | None:
     return states
 
 
+def split_job_list(items: list[str]) -> list[str]:
+    """-j 12,13_[1,3],14_2 -> ['12', '13_[1,3]', '14_2'] (commas inside brackets belong to the task list)."""
+    out: list[str] = []
+    for item in items:
+        depth, current = 0, ""
+        for char in item:
+            depth += {"[": 1, "]": -1}.get(char, 0)
+            if char == "," and depth <= 0:
+                out.append(current)
+                current = ""
+            else:
+                current += char
+        out.append(current)
+    return [part.strip() for part in out if part.strip()]
+
+
+def parse_job_selection(items: list[str]) -> tuple[list[int], dict[int, set[int] | None]]:
+    """-j values -> (job ids to ask for, {id: the array task ids asked for, or None for all of it})."""
+    selection: dict[int, set[int] | None] = {}
+    for part in split_job_list(items):
+        base, underscore, tasks = part.partition("_")
+        job_id = commandline.parse_job_id(base)
+        if not underscore:
+            selection[job_id] = None
+            continue
+        task_text = tasks[1:-1] if tasks.startswith("[") and tasks.endswith("]") else tasks
+        try:
+            wanted = set(model.parse_array_ranges(task_text, "-j"))
+        except model.InvalidValue as exc:
+            raise CliError(f"invalid job id '{part}': {exc}") from None
+        if job_id not in selection or selection[job_id] is not None:
+            selection[job_id] = (selection.get(job_id) or set()) | wanted
+    return sorted(selection), selection
+
+
+def selected(job: Any, selection: dict[int, set[int] | None]) -> bool:
+    """Whether a record (or a task row) is one -j asked for."""
+    for job_id in (job.job_id, job.array_job_id):
+        if job_id in selection:
+            tasks = selection[job_id]
+            if tasks is None:
+                return True
+            if job.array_job_id == job_id and not job.array_pending and job.array_task_id in tasks:
+                return True
+    return False
+
+
 def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str, Any], list[str] | None]:
     """Options -> (ListJobsRequest fields, states to show or None for all)."""
-    job_ids = commandline.parse_job_ids(values["jobs"])
+    job_ids, _selection = parse_job_selection(values["jobs"])
     states = parse_states(gather(values["states"])) if values["states"] else []
     users = gather(values["users"]) + ([user] if user else [])
     request: dict[str, Any] = {
@@ -93,10 +143,14 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
         user = caller.user_name()
     request, shown_states = job_query(values, user)
+    _job_ids, selection = parse_job_selection(values["jobs"])
     as_json = commandline.wants_json(values["format"], values["json"])
     request["brief"] = not as_json  # the columns never show a script or an environment; --json shows the whole job
     format_text = values["format"] or (LONG_FORMAT if values["long"] else jobview.SQUEUE_DEFAULT_FORMAT)
-    if not as_json:
+    fields_text = values["Format"]
+    if fields_text:
+        jobview.format_fields_lines([], fields_text, False, 0.0, program)  # a bad -O fails before any call
+    elif not as_json:
         jobview.squeue_lines([], format_text, False, 0.0, program)  # a bad -o fails before any call
 
     from spur_hpc.cli.controller import ControllerClient
@@ -105,10 +159,18 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     jobs = sorted(reply.jobs, key=lambda job: job.job_id)
     if shown_states is not None:
         jobs = [job for job in jobs if jobview.state_name(job) in shown_states]
+    if not as_json and (values["array"] or any(tasks is not None for tasks in selection.values())):
+        jobs = jobview.expand_array_rows(jobs)
+    if selection:
+        jobs = [job for job in jobs if selected(job, selection)]
     if request["job_ids"] and not jobs:
         raise CliError("Invalid job id specified: " + ",".join(str(j) for j in request["job_ids"]))
     if as_json:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0
-    commandline.print_lines(jobview.squeue_lines(jobs, format_text, not values["noheader"], time.time(), program))
+    header = not values["noheader"]
+    if fields_text:
+        commandline.print_lines(jobview.format_fields_lines(jobs, fields_text, header, time.time(), program))
+        return 0
+    commandline.print_lines(jobview.squeue_lines(jobs, format_text, header, time.time(), program))
     return 0
