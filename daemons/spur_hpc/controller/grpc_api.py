@@ -314,6 +314,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
+        if spec.get("nice", 0) < 0:  # a negative nice raises the job's priority over other users' jobs
+            self.node.authz.require_admin(who, "submit with a negative --nice")
         if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
             spec = self.service.validate_spec(spec)
             now = self.service.clock()
@@ -348,8 +350,10 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def CancelJob(self, request, context):
         self._require_job_owner(self.node.authz.caller(context), request.job_id, "cancel job")
-        result = self.service.cancel(request.job_id, request.signal, request.requested_by)
-        if result.get("signal_agent") and self.node.service.raft.is_leader():
+        result = self.service.cancel(request.job_id, request.signal, request.requested_by, request.array_tasks)
+        if "signal" in result and isinstance(result["signal"], list):  # an array: each running task named
+            self._signal_tasks(result["signal"], request.signal)
+        elif result.get("signal_agent") and self.node.service.raft.is_leader():
             self.node.duties.signal_job(request.job_id, result["attempt"], result["nodes"], request.signal)
         elif result.get("signal_agent") and request.signal:
             raise errors.NotLeader("signals are delivered by the leader", self.node.leader_grpc())
@@ -373,16 +377,47 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         self.node.poke_scheduler()
         return slurm_pb2.CompleteJobReply(accepted=accepted)
 
+    def _signal_tasks(self, targets: list, signal: int) -> None:
+        """Deliver a cancel (0) or a signal to running array tasks [[job_id, attempt, nodes], ...]."""
+        if not targets:
+            return
+        if not self.node.service.raft.is_leader():
+            if signal:
+                raise errors.NotLeader("signals are delivered by the leader", self.node.leader_grpc())
+            return  # a cancel: the leader's follow-up signals the cancelled tasks
+        for job_id, attempt, nodes in targets:
+            self.node.duties.signal_job(job_id, attempt, nodes, signal)
+
     @rpc
     def HoldJob(self, request, context):
-        self._require_job_owner(self.node.authz.caller(context), request.job_id, "hold job")
-        self.service.hold(request.job_id, True)
+        who = self.node.authz.caller(context)
+        self._require_job_owner(who, request.job_id, "hold job")
+        self.service.hold(request.job_id, True, by_admin=self.node.authz.is_admin(who))
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def ReleaseJob(self, request, context):
-        self._require_job_owner(self.node.authz.caller(context), request.job_id, "release job")
-        self.service.hold(request.job_id, False)
+        who = self.node.authz.caller(context)
+        self._require_job_owner(who, request.job_id, "release job")
+        self.service.hold(request.job_id, False, by_admin=self.node.authz.is_admin(who))
+        self.node.poke_scheduler()
+        return job_to_pb(self.service.get_job(request.job_id))
+
+    @rpc
+    def RequeueJob(self, request, context):
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "requeue job")
+        result = self.service.requeue(request.job_id, request.hold)
+        if result.get("signal_agent"):  # its running supervisor is stopped; it reports an attempt nobody waits for
+            self._signal_tasks([[request.job_id, result["attempt"], result["nodes"]]], 0)
+        self.node.poke_scheduler()
+        return job_to_pb(self.service.get_job(request.job_id))
+
+    @rpc
+    def UpdateJob(self, request, context):
+        who = self.node.authz.caller(context)
+        self._require_job_owner(who, request.job_id, "update job")
+        values = spec_from_pb(request.spec)
+        self.service.update_job(request.job_id, list(request.fields), values, self.node.authz.is_admin(who))
         self.node.poke_scheduler()
         return job_to_pb(self.service.get_job(request.job_id))
 

@@ -13,16 +13,42 @@ from typing import Any
 
 from spur_hpc import joblimits
 from spur_hpc.conf import Config
-from spur_hpc.controller import errors, placement, wal
+from spur_hpc.controller import eligibility, errors, placement, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
-from spur_hpc.model import FINISHED_STATES, REASON_AGENT_STOPPED, REASON_DRAINED, RUNNING
+from spur_hpc.model import (
+    FINISHED_STATES,
+    PENDING,
+    REASON_AGENT_STOPPED,
+    REASON_DRAINED,
+    REASON_HELD_ADMIN,
+    REASON_HELD_USER,
+    RUNNING,
+    InvalidValue,
+    parse_array,
+    parse_array_ranges,
+    parse_dependency,
+)
 
 log = logging.getLogger("spurctld.service")
 
 MAX_JOB_ID = 2**63 - 1
 # 30 days: a longer limit is almost always a unit mistake (Slurm's INFINITE is written as 0 here)
 MAX_TIME_LIMIT_SECS = 365 * 24 * 3600
+# --begin and --deadline: epoch seconds before the year 10000 (what Slurm's time parser takes)
+MAX_EPOCH_SECS = 253402300799.0
+# Slurm's nice range (NICE_OFFSET - 3); negative values only for administrators
+MAX_NICE = 2147483645
+# What scontrol update may change, as JobSpec fields (only pending jobs, but a running job's time limit)
+UPDATABLE_FIELDS = ("time_limit_secs", "partition", "dependency", "cpus_per_task", "tasks", "nice", "name")
+# The job options a release before WAL level 3 would not honour (sbatch's names): refused until the level is 3
+LEVEL3_OPTIONS = (
+    ("array", "--array"),
+    ("dependency", "--dependency"),
+    ("hold", "--hold"),
+    ("begin_time", "--begin"),
+    ("deadline", "--deadline"),
+)
 
 
 class ControllerService:
@@ -242,7 +268,51 @@ class ControllerService:
         if not spec["partition"]:
             spec["partition"] = "default"
         self._check_fit(spec)
+        self._check_queue_options(spec)
         return spec
+
+    def _check_queue_options(self, spec: dict[str, Any], job_id: int = 0) -> None:
+        """Arrays, dependencies, holds, times, nice and requeue of a job to be (or already) submitted."""
+        used = [option for key, option in LEVEL3_OPTIONS if spec.get(key)]
+        if used and self.read(lambda s: s.wal_level) < 3:
+            raise errors.Conflict(f"{used[0]} needs WAL level 3; finish the upgrade (spur cluster wal-level 3)")
+        try:
+            if spec.get("array"):
+                parse_array(spec["array"])
+            if spec.get("dependency"):
+                self._check_dependency(spec["dependency"], job_id)
+        except InvalidValue as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        for key, option in (("begin_time", "--begin"), ("deadline", "--deadline")):
+            value = spec.get(key) or 0.0
+            if not 0.0 <= value <= MAX_EPOCH_SECS:  # also refuses NaN
+                raise errors.InvalidArgument(f"{option} {value} is not a time Spur can keep; give a date before 9999")
+        if spec.get("deadline") and not job_id and spec["deadline"] <= self.clock():
+            raise errors.InvalidArgument("--deadline is in the past; give a later time (or no deadline)")
+        if spec.get("deadline") and spec.get("begin_time") and spec["deadline"] <= spec["begin_time"]:
+            raise errors.InvalidArgument("--deadline is not after --begin; the job could never start in time")
+        if spec.get("requeue", 0) not in (0, 1, 2):
+            raise errors.InvalidArgument(
+                f"requeue={spec['requeue']} is not 0 (the default), 1 (--requeue) or 2 (--no-requeue)"
+            )
+        if abs(spec.get("nice", 0)) > MAX_NICE:
+            raise errors.InvalidArgument(f"--nice={spec['nice']} is out of range; use -{MAX_NICE} to {MAX_NICE}")
+
+    def _check_dependency(self, text: str, job_id: int) -> None:
+        """The dependency parses, and names jobs that exist or existed (a finished job purged since counts as
+        done, as in Slurm); never the job itself."""
+        self._check_text("dependency", text, one_line=True)
+        _any, terms = parse_dependency(text)
+        next_id = self.read(lambda s: s.next_job_id)
+        for kind, dep_id, _minutes in terms:
+            if kind == "singleton":
+                continue
+            if dep_id == job_id:
+                raise errors.InvalidArgument(f"--dependency={text!r}: job {job_id} cannot depend on itself")
+            if dep_id >= next_id:
+                raise errors.InvalidArgument(
+                    f"--dependency={text!r}: job {dep_id} does not exist; name a job submitted before"
+                )
 
     def _check_fit(self, spec: dict[str, Any]) -> None:
         """A job that could never start (a named node that does not exist, more CPUs, memory or gres than any
@@ -269,23 +339,43 @@ class ControllerService:
         result = self.write("job_submit", spec=spec, key=scoped, time=self.clock())
         return result["job_id"], result["duplicate"]
 
+    def shown_reason(self, s: ClusterState, job: dict[str, Any], now: float, memo: dict) -> dict[str, Any]:
+        """The job as squeue shows it: a pending job's reason is worked out now (a dependency, a begin time, a
+        throttle), never written; under the state lock. Returns the record itself when nothing differs."""
+        if job["state"] != PENDING:
+            return job
+        reason = eligibility.waiting_reason(s, job, now, memo) or job["reason"]
+        return job if reason == job["reason"] else {**job, "reason": reason}
+
     def get_job(self, job_id: int) -> dict[str, Any]:
         _check_job_id(job_id)
-        job = self.read(lambda s: copy_job(s.jobs.get(job_id)))
+        now = self.clock()
+        job = self.read(lambda s: copy_job(self.shown_reason(s, s.jobs[job_id], now, {}) if job_id in s.jobs else None))
         if job is None:
             raise errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
         return job
 
-    def list_jobs(self, job_ids=(), users=(), states=(), partitions=(), names=(), include_finished=False,
-                  view: Callable[[dict[str, Any]], Any] | None = None):
+    def list_jobs(
+        self,
+        job_ids=(),
+        users=(),
+        states=(),
+        partitions=(),
+        names=(),
+        include_finished=False,
+        view: Callable[[dict[str, Any]], Any] | None = None,
+    ):
         """The selected jobs, each as view(job), which runs under the state lock (by default a copy)."""
         view = view or copy_job
         ids, users, states = set(job_ids), set(users), set(states)
         partitions, names = set(partitions), set(names)
 
+        now = self.clock()
+
         def collect(s: ClusterState) -> list[dict[str, Any]]:
+            memo: dict = {}
             if ids:
-                source = [s.jobs[i] for i in sorted(ids) if i in s.jobs]
+                source = [s.jobs[i] for i in sorted({j["job_id"] for i in ids for j in _records_of(s, i)})]
             elif users:
                 source = [s.jobs[i] for i in s.user_job_ids(users)]
             else:
@@ -302,15 +392,21 @@ class ControllerService:
                     continue
                 if names and j["spec"].get("name") not in names:
                     continue
-                out.append(view(j))
+                out.append(view(self.shown_reason(s, j, now, memo)))
             return out
 
         return self.read(collect)
 
-    def cancel(self, job_id: int, signal: int, by: str) -> dict[str, Any]:
+    def cancel(self, job_id: int, signal: int, by: str, array_tasks: str = "") -> dict[str, Any]:
+        """Cancel (signal 0) or signal a job; an array's id means all its records, array_tasks some tasks."""
         _check_job_id(job_id)
         if not 0 <= signal <= 64:
             raise errors.InvalidArgument(f"signal {signal} is not a valid signal number (1-64, 0 to cancel)")
+        is_array = self.read(lambda s: _is_array(s, job_id))
+        if array_tasks and not is_array:
+            raise errors.InvalidArgument(f"job {job_id} is not an array; cancel it without task ids")
+        if is_array:
+            return self._cancel_array(job_id, signal, by, array_tasks)
         if signal:
             job = self.get_job(job_id)
             if job["state"] in FINISHED_STATES:
@@ -355,9 +451,94 @@ class ControllerService:
         )
         return bool(result.get("accepted"))
 
-    def hold(self, job_id: int, held: bool) -> None:
+    def hold(self, job_id: int, held: bool, by_admin: bool = True) -> None:
+        """scontrol hold / release. A user's hold is JobHeldUser; an administrator's JobHeldAdmin, which only
+        an administrator releases."""
         _check_job_id(job_id)
-        self.write("job_hold" if held else "job_release", job_id=job_id)
+        if held:
+            self.write("job_hold", job_id=job_id, reason=REASON_HELD_ADMIN if by_admin else REASON_HELD_USER)
+            return
+        job = self.get_job(job_id)
+        if not by_admin and job.get("held") and job.get("reason") == REASON_HELD_ADMIN:
+            raise errors.PermissionDenied(
+                f"job {job_id} was held by an administrator (JobHeldAdmin); only an administrator may release it"
+            )
+        self.write("job_release", job_id=job_id)
+
+    # -------------------------------------------------------------- arrays, requeue, update (WAL level 3)
+
+    def _cancel_array(self, array_id: int, signal: int, by: str, array_tasks: str) -> dict[str, Any]:
+        try:
+            tasks = parse_array_ranges(array_tasks, "array_tasks") if array_tasks else []
+        except InvalidValue as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        if signal:  # scancel -s: the running tasks named (or all of them) get the signal; nothing is written
+            wanted = set(tasks)
+
+            def running(s: ClusterState) -> list[list[Any]]:
+                return [
+                    [j["job_id"], j["attempt"], list(j["nodes"])]
+                    for j in s.array_records(array_id)
+                    if j["state"] == RUNNING and (not wanted or j.get("array_task_id") in wanted)
+                ]
+
+            targets = self.read(running)
+            return {"already_finished": not targets, "state": RUNNING, "signal": targets}
+        result = self.write("job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, time=self.clock())
+        return {**result, "already_finished": not result["cancelled"] and not result["signal"]}
+
+    def requeue(self, job_id: int, hold: bool) -> dict[str, Any]:
+        """scontrol requeue / requeuehold: a running or finished batch job goes back to PENDING."""
+        _check_job_id(job_id)
+        if self.read(lambda s: _is_array(s, job_id) and bool(s.jobs.get(job_id, {}).get("array_pending"))):
+            raise errors.Conflict(f"job {job_id} is an array with tasks still pending; requeue its tasks by their ids")
+        return self.write("job_requeue_user", job_id=job_id, hold=hold, time=self.clock())
+
+    def update_job(self, job_id: int, fields: list[str], values: dict[str, Any], by_admin: bool) -> dict[str, Any]:
+        """scontrol update JobId=N: the named spec fields of a pending job take the values given; of a running
+        job only the time limit (the owner may lower it, only an administrator raise it)."""
+        job = self.get_job(job_id)
+        if not fields:
+            raise errors.InvalidArgument("the update names no field to change")
+        unknown = [f for f in fields if f not in UPDATABLE_FIELDS]
+        if unknown:
+            raise errors.InvalidArgument(
+                f"scontrol update cannot change {', '.join(unknown)}; it changes {', '.join(UPDATABLE_FIELDS)}"
+            )
+        if job["state"] == RUNNING and set(fields) != {"time_limit_secs"}:
+            raise errors.Conflict(f"job {job_id} is RUNNING; only its time limit (TimeLimit) can change now")
+        if job["state"] not in (PENDING, RUNNING):
+            raise errors.Conflict(f"job {job_id} is {job['state']}; only pending jobs can be updated")
+        spec = dict(job["spec"])
+        old_limit, new_limit = spec.get("time_limit_secs") or 0, values.get("time_limit_secs") or 0
+        raises_limit = old_limit != 0 and (new_limit == 0 or new_limit > old_limit)
+        if "time_limit_secs" in fields and raises_limit and not by_admin:
+            raise errors.PermissionDenied(
+                f"only an administrator may raise the time limit of job {job_id}; its owner may lower it"
+            )
+        if "nice" in fields and values.get("nice", 0) < 0 and not by_admin:
+            raise errors.PermissionDenied("only an administrator may set a negative nice (a higher priority)")
+        for f in fields:
+            spec[f] = values.get(f)
+        if job["state"] == PENDING:
+            spec = self.validate_spec(spec)
+            self._check_queue_options(spec, job_id)
+        elif not 0 <= new_limit <= MAX_TIME_LIMIT_SECS:
+            raise errors.InvalidArgument(f"time limit {new_limit} s is out of range; use 0 for no limit")
+        changes = {f: spec[f] for f in fields}
+        return self.write("job_update", job_id=job_id, changes=changes, time=self.clock())
+
+
+def _is_array(s: ClusterState, job_id: int) -> bool:
+    job = s.jobs.get(job_id)
+    return job_id in s.array_tasks or (job is not None and job.get("array_job_id") == job_id)
+
+
+def _records_of(s: ClusterState, job_id: int) -> list[dict[str, Any]]:
+    """What squeue -j N lists: the job, or every record of array N."""
+    if _is_array(s, job_id):
+        return s.array_records(job_id)
+    return [s.jobs[job_id]] if job_id in s.jobs else []
 
 
 def _check_job_id(job_id: int) -> None:
