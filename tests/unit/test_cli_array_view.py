@@ -83,3 +83,15 @@ def cluster(monkeypatch: pytest.MonkeyPatch):
 def test_squeue_selects_and_shows_array_tasks(cluster, capsys, argv, expected) -> None:
     assert slurm.squeue_main(argv) == 0
     assert capsys.readouterr().out == expected
+
+
+def test_scancel_names_array_tasks_in_the_request(cluster, capsys) -> None:
+    assert slurm.scancel_main(["12_2", "12_[4-6,9]", "20"]) == 0
+    assert cluster.state.cancel_tasks == [(20, ""), (12, "2"), (12, "4-6,9")]
+
+
+def test_scancel_refuses_a_bad_task_list_in_one_line(cluster, capsys) -> None:
+    assert slurm.scancel_main(["12_[x]"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid job id '12_[x]'" in err
+    assert not cluster.state.cancel_tasks

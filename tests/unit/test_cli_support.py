@@ -35,6 +35,7 @@ class ClusterState:
         self.members: list[str] = []
         self.submit_keys: list[str] = []  # idempotency key of every SubmitJob received
         self.cancel_signals: list[int] = []  # signal of every CancelJob received
+        self.cancel_tasks: list[tuple[int, str]] = []  # (job id, array_tasks) of every CancelJob received
 
 
 class FakeController(pb_grpc.SlurmControllerServicer):
@@ -179,6 +180,7 @@ class FakeController(pb_grpc.SlurmControllerServicer):
     def CancelJob(self, request, context):
         self._record("CancelJob")
         self.state.cancel_signals.append(request.signal)
+        self.state.cancel_tasks.append((request.job_id, request.array_tasks))
         self._leader_only(context)
         with self.state.lock:
             job = self.state.jobs.get(request.job_id)

@@ -28,7 +28,7 @@ OPTIONS = [
     Option("verbose", "v", "verbose", help="say what is done to each job"),
     *commandline.INFO_OPTIONS,
 ]
-SYNOPSIS = "[-s SIGNAL] [-u USERS] [-n NAMES] [-t STATES] [-p PARTITIONS] [-Q] [-v] [JOB_ID...]"
+SYNOPSIS = "[-s SIGNAL] [-u USERS] [-n NAMES] [-t STATES] [-p PARTITIONS] [-Q] [-v] [JOB_ID[_TASKS]...]"
 
 SIGNALS = {
     "HUP": 1, "INT": 2, "QUIT": 3, "ABRT": 6, "KILL": 9, "USR1": 10, "USR2": 12, "ALRM": 14, "TERM": 15,
@@ -46,6 +46,26 @@ def parse_signal(text: str) -> int:
             known = ", ".join(SIGNALS)
             raise CliError(f"invalid signal '{text}': use a number from 1 to 64 or a name ({known})")
     return 0 if number == 9 else number
+
+
+def parse_targets(items: list[str]) -> list[tuple[int, str]]:
+    """Job arguments -> (job id, array tasks): 12 -> (12, ""), 12_3 -> (12, "3"), 12_[1-3,7] -> (12, "1-3,7")."""
+    from spur_hpc import model
+
+    targets: list[tuple[int, str]] = []
+    for item in items:
+        base, underscore, tasks = item.strip().partition("_")
+        if not underscore:
+            targets.extend((job_id, "") for job_id in commandline.parse_job_ids([item]))
+            continue
+        job_id = commandline.parse_job_id(base)
+        task_text = tasks[1:-1] if tasks.startswith("[") and tasks.endswith("]") else tasks
+        try:
+            ids = model.parse_array_ranges(task_text, "array tasks")
+        except model.InvalidValue as exc:
+            raise CliError(f"invalid job id '{item}': {exc}") from None
+        targets.append((job_id, model.format_array_ranges(ids)))
+    return targets
 
 
 def _targets(client: Any, values: dict[str, Any], job_ids: list[int], user: str | None) -> list[int]:
@@ -69,10 +89,11 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     values, positionals = parse(program, OPTIONS, argv)
     if commandline.answer_info_flags(program, values, SYNOPSIS, "Cancel jobs or signal them.", OPTIONS):
         return 0
-    job_ids = commandline.parse_job_ids(positionals)
+    named = parse_targets(positionals)
+    job_ids = [job_id for job_id, tasks in named if not tasks]
     signal = parse_signal(values["signal"]) if values["signal"] else 0
     has_filter = values["me"] or any(values[k] for k in ("users", "names", "states", "partitions"))
-    if not job_ids and not has_filter:
+    if not named and not has_filter:
         raise CliError("no job identification provided: give job ids or a filter like -u USER; see --help")
 
     from spur_hpc.cli import caller
@@ -81,27 +102,30 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     me = caller.user_name()
     client = ControllerClient()
-    targets = _targets(client, values, job_ids, me if values["me"] else None)
+    targets = [(job_id, "") for job_id in _targets(client, values, job_ids, me if values["me"] else None)]
+    targets += [(job_id, tasks) for job_id, tasks in named if tasks]  # a filter does not narrow named tasks
     quiet, verbose = values["quiet"], values["verbose"]
     failures = 0
-    for index, job_id in enumerate(targets):
+    for index, (job_id, tasks) in enumerate(targets):
+        request = {"job_id": job_id, "signal": signal, "requested_by": me, "array_tasks": tasks}
+        label = f"{job_id}_{tasks}" if tasks.isdigit() else f"{job_id}_[{tasks}]" if tasks else str(job_id)
         try:
-            reply = client.call("CancelJob", {"job_id": job_id, "signal": signal, "requested_by": me}, write=True)
+            reply = client.call("CancelJob", request, write=True)
         except RpcError as exc:
-            commandline.stop_if_unreachable(exc, f"job {job_id}", len(targets) - index - 1)
+            commandline.stop_if_unreachable(exc, f"job {label}", len(targets) - index - 1)
             failures += 1
             if not quiet:
                 reason = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
                 action = "Signal" if signal else "Kill"
-                error_line(program, f"{action} job error on job id {job_id}: {reason}")
+                error_line(program, f"{action} job error on job id {label}: {reason}")
             continue
         if quiet:
             continue
         if reply.already_finished:
             from spur_hpc.cli import jobview
 
-            print(f"{program}: job {job_id} has already finished ({jobview.state_name(reply.job)})", file=sys.stderr)
+            print(f"{program}: job {label} has already finished ({jobview.state_name(reply.job)})", file=sys.stderr)
         elif verbose:
             what = f"Signal {signal} sent to" if signal else "Terminating"
-            print(f"{program}: {what} job {job_id}", file=sys.stderr)
+            print(f"{program}: {what} job {label}", file=sys.stderr)
     return 1 if failures else 0
