@@ -4,7 +4,8 @@ host's Python and cannot import the daemons), or with --check say which copy dri
 
 Each row of COPIES is (source under daemons/, target under collection/plugins/module_utils/). Imports of
 another row's source are rewritten to its copy; any other spur_hpc import is refused, as is code that does
-not parse as Python 3.8 (the oldest Python a managed host may run).
+not parse as Python 3.8 (the oldest Python a managed host may run). A .proto source becomes a module holding
+its text as one string, TEXT (see the slurm.proto row for why).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ OLDEST_PYTHON = (3, 8)
 
 COPIES: list[tuple[str, str]] = [
     ("daemons/spur_hpc/model.py", f"{MODULE_UTILS}/spur_model.py"),
+    ("daemons/spur_hpc/auth.py", f"{MODULE_UTILS}/spur_auth.py"),
     ("daemons/spur_hpc/wire/failover.py", f"{MODULE_UTILS}/spur_failover.py"),
+    ("daemons/spur_hpc/wire/hpack.py", f"{MODULE_UTILS}/spur_hpack.py"),
+    ("daemons/spur_hpc/wire/grpcwire.py", f"{MODULE_UTILS}/spur_grpcwire.py"),
+    ("daemons/spur_hpc/wire/protocodec.py", f"{MODULE_UTILS}/spur_protocodec.py"),
+    # The .proto text itself, not a layout generated from it: protocodec's parser, the one the CLI runs on
+    # every command, reads it at run time as it reads the release's file, so the copy needs no second format,
+    # no second generator and no test of its own; a string because Ansible ships only a module's Python
+    # imports to the managed host (AnsiballZ), so a file next to module_utils would not be there.
+    ("daemons/spur_hpc/proto/slurm.proto", f"{MODULE_UTILS}/spur_slurm_proto.py"),
 ]
 
 HEADER = """\
@@ -43,7 +53,7 @@ def _module_name(path: str) -> str:
 
 def _copied_modules() -> dict[str, str]:
     """spur_hpc.model -> spur_model (the copy's name inside module_utils), for every row."""
-    return {_module_name(source): Path(target).stem for source, target in COPIES}
+    return {_module_name(source): Path(target).stem for source, target in COPIES if source.endswith(".py")}
 
 
 def _rewrite_import(line: str, source: str, number: int, copies: dict[str, str]) -> str:
@@ -64,9 +74,19 @@ def _rewrite_import(line: str, source: str, number: int, copies: dict[str, str])
     )
 
 
+def render_text(source: str, text: str) -> str:
+    """A module whose TEXT is the file's text (for files that are not Python, like a .proto)."""
+    if '"""' in text or "\\" in text:
+        raise GenerationError(f'{source}: holds \'"""\' or a backslash, which the generated string cannot')
+    docstring = f'"""The text of {Path(source).name}, for the modules\' copy of wire.protocodec (parse_proto)."""'
+    return HEADER.format(source=source) + f'{docstring}\n\nTEXT = """\\\n{text}"""\n'
+
+
 def render(source: str) -> str:
     """The text of the copy of source (a path relative to the repository)."""
     text = (ROOT / source).read_text(encoding="utf-8")
+    if not source.endswith(".py"):
+        return render_text(source, text)
     copies = _copied_modules()
     lines = [_rewrite_import(line, source, n, copies) for n, line in enumerate(text.split("\n"), 1)]
     result = HEADER.format(source=source) + "\n".join(lines)

@@ -1,11 +1,14 @@
 """Regenerate the committed protobuf/gRPC modules from daemons/spur_hpc/proto/*.proto.
 
-Run: python tools/gen_protos.py [--check]. With --check it exits 1 when the committed files drift.
+Run: python tools/gen_protos.py [--check]. With --check it exits 1 when the committed files drift. Without it,
+it also runs tools/gen_module_utils.py, whose copies include slurm.proto's text for the Ansible modules
+(collection/plugins/module_utils/spur_slurm_proto.py): commit that file with the generated modules.
 """
 
 import argparse
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -46,6 +49,8 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 1
+    if not opts.check:
+        return subprocess.run([sys.executable, str(ROOT.parent / "tools" / "gen_module_utils.py")]).returncode
     return 0
 
 

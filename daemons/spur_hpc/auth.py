@@ -172,7 +172,7 @@ class Verifier:
             # Insecure by design (local demo): believe the claim; no claim at all counts as root.
             if credential and credential.startswith("none:"):
                 try:
-                    _, uid, gid = credential.split(":")
+                    _kind, uid, gid = credential.split(":")
                     return Identity(int(uid), int(gid), user_name(int(uid)), verified=False)
                 except ValueError:
                     raise AuthError("malformed spur-auth claim; expected none:<uid>:<gid>") from None

@@ -2,7 +2,9 @@
 
 FakeController runs the real ControllerService and ClusterState (so drains, resumes, jobs and WAL levels obey
 the controller's own rules) behind the same call interface as the collection's ControllerRpc, without Raft or
-gRPC. ProbeServer answers /status, /metrics/nodes and /readyz like spurctld, from a dict a test edits.
+HTTP/2: requests and answers cross as bytes, encoded by the collection's copy of the codec and read by the
+generated protobuf classes (and the other way round), as on the wire. ProbeServer answers /status,
+/metrics/nodes and /readyz like spurctld, from a dict a test edits.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
-from ansible_collections.spur.cluster.plugins.module_utils import spur_client
+from ansible_collections.spur.cluster.plugins.module_utils import spur_client, spur_protocodec
 
 from spur_hpc.controller import errors, wal
 from spur_hpc.controller.grpc_api import job_to_pb, node_to_pb
@@ -185,13 +187,19 @@ class FakeController:
         self.calls: list[str] = []
 
     # the interface the collection uses
-    def call(self, method: str, request, write: bool = False, patience: float | None = None):
+    def call(self, method: str, request: dict | None = None, write: bool = False, patience: float | None = None):
         self.calls.append(method)
+        sch = spur_client.schema()
+        request_type, reply_type = sch.services[spur_client.SERVICE][method]
+        pb_request = getattr(slurm_pb2, request_type).FromString(
+            spur_protocodec.encode(request_type, request or {}, sch)
+        )
         try:
-            return getattr(self, "_" + method)(request)
+            reply = getattr(self, "_" + method)(pb_request)
         except errors.ControllerError as exc:
             code = next(c for cls, c in _ERROR_CODES if isinstance(exc, cls))
             raise spur_client.rpc_error(method, "fake", code, str(exc)) from None
+        return spur_protocodec.decode(reply_type, reply.SerializeToString(), sch)
 
     def close(self) -> None:
         pass

@@ -1,4 +1,9 @@
-"""Helpers for the spur.cluster tests: the import path, in-process module runs, real ansible-playbook runs."""
+"""Helpers for the spur.cluster tests: the import path, in-process module runs, real ansible-playbook runs.
+
+ansible-playbook runs the modules on a managed-host Python with nothing installed (bare_python(): a venv of the
+base interpreter without pip, grpcio or spur-hpc), as on a host before its first release: a module that needs
+more than the standard library fails there.
+"""
 
 from __future__ import annotations
 
@@ -78,6 +83,16 @@ def run_module(module: Any, args: dict[str, Any], check_mode: bool = False, diff
     raise AssertionError(f"{module.__name__}.main() returned without exit_json or fail_json")
 
 
+def bare_python() -> Path:
+    """A Python with the standard library only (made once per test session), for the modules' side."""
+    python = COLLECTIONS_ROOT / "bare-python" / "bin" / "python"
+    if not python.exists():
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(python.parent.parent)], check=True, timeout=120
+        )
+    return python
+
+
 def ansible_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -87,7 +102,7 @@ def ansible_env(home: Path) -> dict[str, str]:
         ANSIBLE_REMOTE_TEMP=str(home / "remote-tmp"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_RETRY_FILES_ENABLED="0",
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_PYTHON_INTERPRETER=str(bare_python()),
         PATH=f"{VENV_BIN}:{env.get('PATH', '')}",
     )
     env.pop("ANSIBLE_CONFIG", None)

@@ -1,34 +1,70 @@
-"""Unit tests of what every gRPC module of spur.cluster shares (module_utils/spur_client): missing
-libraries, credentials.
+"""Unit tests of what every gRPC module of spur.cluster shares (module_utils/spur_client): the managed host's
+plain Python, credentials.
 
 Main() with injected arguments, asserting on the JSON it returns. Probes are real HTTP servers on 127.0.0.1
-(collection_fakes.ProbeServer); the gRPC side is FakeController (the fixtures are in conftest.py).
+(collection_fakes.ProbeServer); the gRPC side is FakeController (the fixtures are in conftest.py), or a real
+grpcio server where the wire itself is the point.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 from ansible_collections.spur.cluster.plugins.module_utils import spur_client
-from ansible_collections.spur.cluster.plugins.modules import (
-    spur_controller_info,
-    spur_node,
-)
-from collection_fakes import conn, node_args
-from collection_helpers import run_module
+from collection_helpers import bare_python
 
-# ------------------------------------------------------------------ missing libraries
+from spur_hpc import grpcutil
+from spur_hpc.proto import slurm_pb2 as pb
+from spur_hpc.proto import slurm_pb2_grpc as pb_grpc
+
+# ------------------------------------------------------------------ the managed host's Python
 
 
-def test_a_module_without_grpc_says_which_interpreter_to_use(fake_cluster, monkeypatch):
-    monkeypatch.setattr(spur_client, "GRPC_IMPORT_ERROR", "Traceback: No module named 'grpc'")
-    result = run_module(spur_node, node_args(fake_cluster))
-    assert result["failed"]
-    assert "grpcio and spur-hpc" in result["msg"] and "ansible_python_interpreter" in result["msg"]
-    assert result["exception"].startswith("Traceback")
-    # probe-only modules do not need it
-    assert "failed" not in run_module(spur_controller_info, conn(fake_cluster))
+class Controller(pb_grpc.SlurmControllerServicer):
+    """A leader that knows one node and keeps the spur-auth credential of every call."""
+
+    def __init__(self) -> None:
+        self.credentials: list[str] = []
+
+    def ListNodes(self, request, context):  # noqa: N802
+        self.credentials.append(dict(context.invocation_metadata()).get("spur-auth", ""))
+        node = pb.Node(name="n1", state=pb.NodeState.Value("IDLE"), registered=True, resources=pb.NodeResources(cpus=4))
+        return pb.ListNodesReply(nodes=[node] if list(request.names) in ([], ["n1"]) else [])
+
+
+@pytest.fixture
+def grpc_controller():
+    servicer = Controller()
+    server, port = grpcutil.create_server("127.0.0.1:0", workers=2)
+    pb_grpc.add_SlurmControllerServicer_to_server(servicer, server)
+    server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_the_tests_managed_host_python_has_neither_grpcio_nor_spur_hpc():
+    for name in ("grpc", "google.protobuf", "spur_hpc"):
+        found = subprocess.run([str(bare_python()), "-c", f"import {name}"], capture_output=True, timeout=60)
+        assert found.returncode != 0, f"{bare_python()} imports {name}: the modules' side would not be plain"
+
+
+def test_a_grpc_module_runs_on_a_python_with_the_standard_library_only(grpc_controller, fake_cluster, playbook):
+    servicer, address = grpc_controller
+    args = {"controllers": fake_cluster.urls, "grpc_hosts": [address], "auth_type": "none", "timeout": 5}
+    results = playbook([{"spur.cluster.spur_node_info": {**args, "names": ["n1"]}, "register": "info"}])
+    (node,) = results["info"]["nodes"]
+    assert node["name"] == "n1" and node["state"] == "IDLE" and node["cpus"] == 4 and node["registered"] is True
+    assert servicer.credentials == [f"none:{os.getuid()}:{os.getgid()}"]  # the credential reached the controller
+
+
+def test_a_request_field_slurm_proto_does_not_have_is_one_error_before_any_call():
+    rpc = spur_client.ControllerRpc(["127.0.0.1:9"], 1, auth_type="none")
+    with pytest.raises(spur_client.SpurInvalid) as info:
+        rpc.call("ListNodes", dict(nmes=["n1"]))
+    assert info.value.message == "ListNodes: ListNodesRequest has no field 'nmes'"
+    assert rpc.connections == {}
 
 
 # ------------------------------------------------------------------ credentials

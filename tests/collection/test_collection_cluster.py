@@ -22,6 +22,7 @@ from collection_helpers import run_module
 
 from agents import AgentProc, cleanup
 from harness import BIN, ControllerCluster, Proc, wait_until
+from spur_hpc.controller.wal import MAX_WAL_LEVEL
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
@@ -92,7 +93,7 @@ def test_upgrade_plan_and_preflight_on_a_live_cluster(cluster, agent):
     same = run_module(spur_upgrade_plan, dict(connection(cluster), target_build=build))
     assert same["up_to_date"] is True
     members = [m.raft_addr for m in cluster.members]
-    ok = run_module(spur_preflight, dict(connection(cluster), members=members, target_max_wal_level=2))
+    ok = run_module(spur_preflight, dict(connection(cluster), members=members, target_max_wal_level=MAX_WAL_LEVEL))
     assert ok["passed"] is True, ok.get("msg")
     refused = run_module(spur_preflight, dict(connection(cluster), members=members[:2]))
     assert refused["failed"] and "committed membership" in refused["msg"] and "set wipe to override" in refused["msg"]
@@ -239,8 +240,9 @@ def test_wal_level_is_refused_until_every_member_reads_it(level_one_cluster):
     wait_until(lambda: sorted(member_levels(cluster).values()) == [1, 1, 1], 20, "every member to announce")
     for i in (0, 1):  # upgrade two of three: the third still reads level 1 only
         cluster.restart(i)
-    wait_until(lambda: sorted(member_levels(cluster).values()) == [1, 2, 2], 30, "the new members to announce")
-    result = run_module(spur_wal_level, dict(connection(cluster), level=2))
+    new = MAX_WAL_LEVEL
+    wait_until(lambda: sorted(member_levels(cluster).values()) == [1, new, new], 30, "the new members to announce")
+    result = run_module(spur_wal_level, dict(connection(cluster), level=new))
     assert result["failed"] and cluster.members[2].raft_addr in result["msg"] and "reads up to level 1" in result["msg"]
     assert result["previous_level"] == 1
     # without a level the module raises only as far as everyone reads: nothing to do
@@ -254,11 +256,11 @@ def test_wal_level_four_times_after_every_member_is_upgraded(level_one_cluster, 
     cluster = level_one_cluster
     for i in range(3):
         cluster.restart(i)
-    wait_until(lambda: sorted(member_levels(cluster).values()) == [2, 2, 2], 30, "every member to announce")
+    wait_until(lambda: set(member_levels(cluster).values()) == {MAX_WAL_LEVEL}, 30, "every member to announce")
     results = playbook(four_times("spur.cluster.spur_wal_level", connection(cluster), "wal"))
     runs = [results[f"wal_{i}"] for i in range(4)]
     assert [r["changed"] for r in runs] == CHANGED
-    assert runs[1]["level"] == 2 and runs[3]["previous_level"] == 2
+    assert runs[1]["level"] == MAX_WAL_LEVEL and runs[3]["previous_level"] == MAX_WAL_LEVEL
 
 
 # ------------------------------------------------------------------ spur_release

@@ -1,6 +1,7 @@
-"""module_utils' ControllerRpc walks the controllers with the generated copy of spur_hpc.wire.failover: over
-real grpcio servers on 127.0.0.1, a write through a follower lands on the leader the follower names, and a
-read nobody answers is one SpurUnreachable naming every address once."""
+"""module_utils' ControllerRpc walks the controllers with the generated copies of spur_hpc.wire (the
+standard-library client and the failover policy): over real grpcio servers on 127.0.0.1, a write through a
+follower lands on the leader the follower names, and a read nobody answers is one SpurUnreachable naming every
+address once."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_a_write_through_a_follower_goes_to_the_leader_it_names_next(controllers
     addresses, calls = controllers
     rpc = spur_client.ControllerRpc(addresses, timeout=5, auth_type="none")
     try:
-        node = rpc.call("DrainNode", pb.DrainNodeRequest(name="n1", reason="disk"), write=True)
+        node = rpc.call("DrainNode", dict(name="n1", reason="disk"), write=True)
     finally:
         rpc.close()
     assert node.drain and node.reason == "disk"
@@ -64,7 +65,7 @@ def test_a_read_nobody_answers_names_every_address_once() -> None:
     rpc = spur_client.ControllerRpc(dead, timeout=2, auth_type="none")
     try:
         with pytest.raises(spur_client.SpurUnreachable) as caught:
-            rpc.call("GetNode", pb.GetNodeRequest(name="n1"))
+            rpc.call("GetNode", dict(name="n1"))
     finally:
         rpc.close()
     message = caught.value.message

@@ -57,7 +57,7 @@ def test_plan_explicit_order(fake_cluster, controller):
 
 def test_plan_agent_without_controller_list_uses_its_probe(fake_cluster, monkeypatch):
     def no_grpc(self):
-        raise spur_client.SpurMissingLibrary("grpcio missing")
+        raise spur_client.SpurUnreachable("no controller could answer ListNodes (fake: connection refused)")
 
     monkeypatch.setattr(spur_client.SpurConnection, "rpc", no_grpc)
     agent = ProbeServer({"/status": (200, {"node": "x1", "running_jobs": [], "build": "build-b", "version": "2"})})

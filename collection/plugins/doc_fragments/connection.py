@@ -53,8 +53,9 @@ options:
     type: path
 requirements:
   - Python 3.11 or later on the managed host.
-  - Modules that call the gRPC API need C(grpcio) and C(spur-hpc) on the managed host's Python, for example
-    the release's own interpreter C(/opt/spur/current/bin/python).
+  - Nothing beyond Python's standard library, Spur release or not; the gRPC client is part of the collection.
+  - With O(auth_type=munge) (or V(auto) and a C(munged) socket), C(libmunge) on the managed host (Debian package
+    C(munge)).
 notes:
   - Probes are plain HTTP GETs that bypass any configured proxy.
 """

@@ -4,19 +4,23 @@
 """The controllers' gRPC API from modules: the connection options every module takes, ControllerRpc (which
 walks the controllers with spur_failover, a copy of the daemons' policy) and SpurConnection's typed calls,
 whose answers are plain dicts. Probes live in spur_probes and spur_view, errors in spur_errors.
+
+The calls go through generated copies of the CLI's standard-library client (spur_grpcwire, spur_hpack), its
+protobuf codec (spur_protocodec, reading slurm.proto's text from spur_slurm_proto) and its credentials
+(spur_auth: MUNGE through libmunge), so every module runs on the managed host's own Python, with or without
+a Spur release installed there.
 """
 
 from __future__ import annotations
 
 import time
-import traceback
 import uuid
 
-from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.spur.cluster.plugins.module_utils import spur_auth, spur_grpcwire, spur_protocodec
+from ansible_collections.spur.cluster.plugins.module_utils import spur_slurm_proto
 from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import (
     SpurError,
     SpurInvalid,
-    SpurMissingLibrary,
     SpurNotFound,
     SpurRefused,
     SpurUnreachable,
@@ -25,7 +29,6 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_failover import 
     RETRY_CODES,
     WRITE_PATIENCE_SECS,
     Failover,
-    leader_hint,
 )
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import (
     CONTROLLER_GRPC_PORT,
@@ -34,21 +37,8 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_model import (
 )
 from ansible_collections.spur.cluster.plugins.module_utils.spur_view import ClusterView, probe_controllers
 
-try:
-    import grpc
-    from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
-except ImportError:
-    grpc = None
-    slurm_pb2 = None
-    slurm_pb2_grpc = None
-    GRPC_IMPORT_ERROR = traceback.format_exc()
-else:
-    GRPC_IMPORT_ERROR = None
-
-try:
-    from spur_hpc import auth as spur_auth
-except ImportError:
-    spur_auth = None  # a release from before authentication: its controllers ask for no credential
+SERVICE = "SlurmController"
+_SCHEMA = None
 
 # Drains and DOWNs set by this collection start with this, so a resume can tell ours from an operator's.
 DEFAULT_REASON_PREFIX = "spur-ansible: "
@@ -72,18 +62,21 @@ def connection_argument_spec() -> dict:
 # ---------------------------------------------------------------------------------------------- gRPC
 
 
-def require_grpc() -> None:
-    if GRPC_IMPORT_ERROR is not None:
-        raise SpurMissingLibrary(
-            missing_required_lib("grpcio and spur-hpc", reason="to call the Spur controllers' gRPC API") +
-            " Run the module with the release's interpreter, for example "
-            "ansible_python_interpreter=/opt/spur/current/bin/python.",
-            exception=GRPC_IMPORT_ERROR,
-        )
+def schema():
+    """slurm.proto's messages and services, parsed once per module run from the copy of its text."""
+    global _SCHEMA  # pylint: disable=global-statement
+    if _SCHEMA is None:
+        _SCHEMA = spur_protocodec.parse_proto(spur_slurm_proto.TEXT, "slurm.proto")
+    return _SCHEMA
+
+
+def enum_name(enum: str, value: int) -> str:
+    return schema().enum_name(enum, value)
 
 
 class ControllerRpc:
-    """Calls SlurmController methods, trying each controller; follows the leader hint of a refusal.
+    """Calls SlurmController methods by name with dict requests, trying each controller; follows the leader
+    hint of a refusal. Answers are spur_protocodec Messages (one attribute per field, enums as ints).
 
     Reads take the first answer. Writes are retried on UNAVAILABLE for WRITE_PATIENCE_SECS (an election
     takes about a second); they are idempotent (drain, resume, set level) or carry an idempotency key.
@@ -91,7 +84,6 @@ class ControllerRpc:
 
     def __init__(self, addresses: list[str], timeout: float, auth_type: str = "auto",
                  munge_socket: str | None = None) -> None:
-        require_grpc()
         if not addresses:
             raise SpurUnreachable("no controller gRPC address is known: no probe answered with one and "
                                   "grpc_hosts is empty", override="grpc_hosts")
@@ -99,52 +91,54 @@ class ControllerRpc:
         self.timeout = timeout
         self.auth_type = None if auth_type == "auto" else auth_type
         self.munge_socket = munge_socket
-        self.channels: dict = {}
+        self.connections: dict = {}
 
     def credential(self) -> tuple:
         """Metadata for one call: a MUNGE credential is good for one request only, so each call gets its own."""
-        if spur_auth is None:
-            return ()
         try:
             return spur_auth.client_metadata(self.auth_type, self.munge_socket)
         except spur_auth.AuthError as exc:
             raise SpurRefused("cannot get a MUNGE credential on this host: %s" % exc, override="auth_type") from None
 
     def close(self) -> None:
-        for channel in self.channels.values():
-            channel.close()
-        self.channels.clear()
+        for connection in self.connections.values():
+            connection.close()
+        self.connections.clear()
 
-    def _stub(self, address: str):
-        if address not in self.channels:
-            self.channels[address] = grpc.insecure_channel(address, options=[("grpc.enable_retries", 0)])
-        return slurm_pb2_grpc.SlurmControllerStub(self.channels[address])
+    def _connection(self, address: str):
+        if address not in self.connections:
+            self.connections[address] = spur_grpcwire.Connection(address, connect_timeout=self.timeout)
+        return self.connections[address]
 
-    def call(self, method: str, request, write: bool = False, patience: float | None = None):
+    def call(self, method: str, request: dict | None = None, write: bool = False, patience: float | None = None):
         """A read takes one round over the addresses unless patience says otherwise; a write waits for elections."""
+        sch = schema()
+        request_type, reply_type = sch.services[SERVICE][method]
+        try:
+            body = spur_protocodec.encode(request_type, request or {}, sch)
+        except spur_protocodec.ProtoError as exc:
+            raise SpurInvalid("%s: %s" % (method, exc)) from None
+        path = "/%s.%s/%s" % (sch.package, SERVICE, method)
         if patience is None:
             patience = WRITE_PATIENCE_SECS if write else 0
         policy = Failover(self.addresses, time.monotonic() + patience, write=True)
         for address in policy:
             try:
-                return getattr(self._stub(address), method)(request, timeout=self.timeout,
-                                                            metadata=self.credential())
-            except grpc.RpcError as exc:
-                code = exc.code().name if exc.code() is not None else "UNKNOWN"
-                details = exc.details() or code
-                if code not in RETRY_CODES:
-                    raise rpc_error(method, address, code, details) from None
-                hint = _leader_hint(exc)
-                policy.failed(address, details, hint=with_port(hint, CONTROLLER_GRPC_PORT) if hint else None)
+                data, _metadata = self._connection(address).call(path, body, self.timeout, self.credential())
+            except spur_grpcwire.RpcError as exc:
+                if exc.code not in RETRY_CODES:
+                    raise rpc_error(method, address, exc.code, exc.details) from None
+                hint = exc.leader_hint()
+                unreachable = "cannot reach controller %s: " % address
+                why = exc.details[len(unreachable):] if exc.details.startswith(unreachable) else exc.details
+                policy.failed(address, why, hint=with_port(hint, CONTROLLER_GRPC_PORT) if hint else None,
+                              reachable=why == exc.details)
+                continue
+            try:
+                return spur_protocodec.decode(reply_type, data, sch)
+            except spur_protocodec.ProtoError as exc:
+                raise SpurError("the answer of %s to %s is not a valid %s (%s)" % (address, method, reply_type, exc))
         raise SpurUnreachable("no controller could answer %s (%s)" % (method, policy.summary()))
-
-
-def _leader_hint(exc) -> str | None:
-    try:
-        metadata = exc.trailing_metadata()
-    except Exception:  # an error that is not a call's has no metadata; the next address is tried
-        return None
-    return leader_hint(metadata)
 
 
 def rpc_error(method: str, address: str, code: str, details: str) -> SpurError:
@@ -204,7 +198,6 @@ class SpurConnection:
 
     def rpc(self) -> ControllerRpc:
         if self._rpc is None:
-            require_grpc()
             self._rpc = ControllerRpc(grpc_addresses(self.params, self.view()), self.timeout,
                                       self.params.get("auth_type") or "auto", self.params.get("munge_socket"))
         return self._rpc
@@ -216,47 +209,43 @@ class SpurConnection:
     # ---------------------------------------------------------------- typed calls
 
     def get_node(self, name: str) -> dict:
-        return node_to_dict(self.rpc().call("GetNode", slurm_pb2.GetNodeRequest(name=name)))
+        return node_to_dict(self.rpc().call("GetNode", dict(name=name)))
 
     def list_nodes(self, names: list[str] | None = None) -> list[dict]:
-        reply = self.rpc().call("ListNodes", slurm_pb2.ListNodesRequest(names=names or []))
+        reply = self.rpc().call("ListNodes", dict(names=names or []))
         return [node_to_dict(n) for n in reply.nodes]
 
     def drain_node(self, name: str, reason: str, set_by: str) -> dict:
-        request = slurm_pb2.DrainNodeRequest(name=name, reason=reason, set_by=set_by)
+        request = dict(name=name, reason=reason, set_by=set_by)
         return node_to_dict(self.rpc().call("DrainNode", request, write=True))
 
     def resume_node(self, name: str, only_if_reason_prefix: str = "") -> dict:
-        request = slurm_pb2.ResumeNodeRequest(name=name, only_if_reason_prefix=only_if_reason_prefix)
+        request = dict(name=name, only_if_reason_prefix=only_if_reason_prefix)
         return node_to_dict(self.rpc().call("ResumeNode", request, write=True))
 
     def down_node(self, name: str, reason: str, set_by: str) -> dict:
-        request = slurm_pb2.UpdateNodeRequest(name=name, state=slurm_pb2.NodeState.Value("DOWN"), reason=reason,
-                                              set_by=set_by)
+        request = dict(name=name, state="DOWN", reason=reason, set_by=set_by)
         return node_to_dict(self.rpc().call("UpdateNode", request, write=True))
 
     def submit_job(self, spec: dict, idempotency_key: str | None) -> tuple[int, bool]:
-        pb_spec = slurm_pb2.JobSpec(**{k: v for k, v in spec.items() if k != "environment"})
-        pb_spec.environment.update(spec.get("environment") or {})
         key = idempotency_key or "spur.cluster:" + uuid.uuid4().hex  # a retried submission is never doubled
-        reply = self.rpc().call("SubmitJob", slurm_pb2.SubmitJobRequest(spec=pb_spec, idempotency_key=key),
-                                write=True)
+        reply = self.rpc().call("SubmitJob", dict(spec=spec, idempotency_key=key), write=True)
         return int(reply.job_id), bool(reply.duplicate)
 
     def get_job(self, job_id: int) -> dict:
-        return job_to_dict(self.rpc().call("GetJob", slurm_pb2.GetJobRequest(job_id=job_id)))
+        return job_to_dict(self.rpc().call("GetJob", dict(job_id=job_id)))
 
     def list_jobs(self, names: list[str] | None = None, include_finished: bool = True) -> list[dict]:
-        request = slurm_pb2.ListJobsRequest(names=names or [], include_finished=include_finished)
+        request = dict(names=names or [], include_finished=include_finished)
         return [job_to_dict(j) for j in self.rpc().call("ListJobs", request).jobs]
 
     def cancel_job(self, job_id: int, requested_by: str) -> dict:
-        request = slurm_pb2.CancelJobRequest(job_id=job_id, signal=0, requested_by=requested_by)
+        request = dict(job_id=job_id, signal=0, requested_by=requested_by)
         reply = self.rpc().call("CancelJob", request, write=True)
         return dict(job_to_dict(reply.job), already_finished=bool(reply.already_finished))
 
     def set_wal_level(self, level: int) -> tuple[int, bool]:
-        reply = self.rpc().call("SetWalLevel", slurm_pb2.SetWalLevelRequest(level=level), write=True)
+        reply = self.rpc().call("SetWalLevel", dict(level=level), write=True)
         return int(reply.level), bool(reply.changed)
 
 
@@ -266,7 +255,7 @@ class SpurConnection:
 def node_to_dict(node) -> dict:
     return dict(
         name=node.name,
-        state=slurm_pb2.NodeState.Name(node.state),
+        state=enum_name("NodeState", node.state),
         reason=node.reason,
         reason_set_by=node.reason_set_by,
         reason_time=node.reason_time,
@@ -291,7 +280,7 @@ def job_to_dict(job) -> dict:
     return dict(
         job_id=int(job.job_id),
         name=spec.name,
-        state=slurm_pb2.JobState.Name(job.state),
+        state=enum_name("JobState", job.state),
         reason=job.reason,
         exit_code=job.exit_code,
         signal=job.signal,

@@ -36,10 +36,6 @@ class SpurError(Exception):
         return result
 
 
-class SpurMissingLibrary(SpurError):
-    """grpcio or spur-hpc cannot be imported by the module's Python interpreter."""
-
-
 class SpurUnreachable(SpurError):
     """No daemon answered (connection refused, timeout, no leader)."""
 

@@ -1,7 +1,8 @@
 """Which controller to ask next, how long to keep asking, when to give up: one policy for every client.
 
-The CLI (wire.grpcwire), spurd (grpcio) and the Ansible modules (grpcio, through the generated copy
-module_utils/spur_failover.py) each bring their transport and walk the controllers with a Failover:
+The CLI and the Ansible modules (wire.grpcwire; the modules through the generated copies
+module_utils/spur_grpcwire.py and spur_failover.py) and spurd (grpcio) each bring their transport and walk
+the controllers with a Failover:
 
     policy = Failover(addresses, deadline=time.monotonic() + WRITE_PATIENCE_SECS, write=True)
     for address in policy:

@@ -45,6 +45,9 @@ _SETTINGS_HEADER_TABLE_SIZE, _SETTINGS_ENABLE_PUSH, _SETTINGS_INITIAL_WINDOW_SIZ
 _MAX_WINDOW = 2**31 - 1
 _DEFAULT_WINDOW = 65535
 _RECEIVE_LIMIT = 64 * 1024 * 1024  # same limit as grpcutil's channels
+# A socket's timeout is TimeoutError from Python 3.10 only; before, _socket.timeout (an OSError), which the
+# modules' copy of this file (module_utils/spur_grpcwire.py, run on the managed host's Python 3.8+) meets.
+_TIMEOUT = (TimeoutError, _socket.timeout)
 
 
 class RpcError(Exception):
@@ -188,7 +191,7 @@ class Connection:
         try:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             self.sock.sendall(data)
-        except TimeoutError:
+        except _TIMEOUT:
             raise self._fail_connection(
                 RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time")
             ) from None
@@ -206,7 +209,7 @@ class Connection:
             try:
                 self.sock.settimeout(remaining)
                 chunk = self.sock.recv(max(65536, size - len(self.buffer)))
-            except TimeoutError:
+            except _TIMEOUT:
                 raise self._fail_connection(
                     RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time", address=self.address)
                 ) from None

@@ -114,7 +114,7 @@ def _huffman_table() -> dict[tuple[int, int], int]:
         for line in _HUFFMAN_LENGTHS.strip().splitlines():
             length_text, symbols = line.split(":")
             for part in symbols.split():
-                first, _, last = part.partition("-")
+                first, _dash, last = part.partition("-")
                 for symbol in range(int(first), int(last or first) + 1):
                     by_length.append((int(length_text), symbol))
         by_length.sort()
