@@ -44,8 +44,11 @@ class Client:
         return slurm_pb2.NodeState.Name(self.node(name).state)
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 20.0) -> slurm_pb2.Job:
-        return wait_until(lambda: self.job(job_id) if self.state(job_id) in states else None, timeout,
-                          f"job {job_id} to reach {states}")
+        return wait_until(
+            lambda: self.job(job_id) if self.state(job_id) in states else None,
+            timeout,
+            f"job {job_id} to reach {states}",
+        )
 
 
 def start_agent(cluster, tmp_path: Path, name: str = "", **kw) -> AgentProc:
@@ -97,7 +100,7 @@ def test_heartbeat_timeout_marks_node_down_and_job_node_fail(make_cluster, tmp_p
     cluster = make_cluster(3, heartbeat_timeout=3)
     c = Client(cluster)
     agent = start_agent(cluster, tmp_path, heartbeat=0.5, heartbeat_timeout=3)
-    job = c.submit("sleep 30\n", work)
+    job = c.submit("sleep 30\n", work, requeue=2)  # --no-requeue: it ends (see test_arrays_dependencies)
     c.wait_state(job, {"RUNNING"})
     wait_until(lambda: job in agent.running(), 10, "the agent to run the job")
     supervisor = agent.running()[job]["supervisor_pid"]
