@@ -88,6 +88,7 @@ def steps_job() -> pb.Job:
 
 def sacct(jobs: list[pb.Job], fields: str, *refs: str, allocations: bool = False, **options) -> list[str]:
     query = jobhistory.HistoryQuery(selectors=jobhistory.parse_job_references(list(refs)))
+    jobs = sorted(jobs, key=jobhistory.listing_order)
     lines = [
         ln for ln in acctview.lines_of(jobs, allocations, options.pop("units", "")) if query.wants_line(ln.job, ln.step)
     ]
@@ -96,10 +97,10 @@ def sacct(jobs: list[pb.Job], fields: str, *refs: str, allocations: bool = False
 
 def test_array_tasks_show_as_n_t_and_the_waiting_rest_as_n_with_its_range_and_throttle() -> None:
     assert sacct(array_jobs(), "JobID,JobIDRaw,State", allocations=True) == [
-        "12_[3-5%2]|12|PENDING",
         "12_0|13|COMPLETED",
         "12_1|14|FAILED",
         "12_2|15|RUNNING",
+        "12_[3-5%2]|12|PENDING",
     ]
 
 
@@ -122,9 +123,9 @@ def test_a_step_line_leaves_the_jobs_own_fields_empty_as_slurm_does() -> None:
 def test_submitits_call_with_array_task_ids_lists_those_tasks_and_their_steps() -> None:
     # sacct -o JobID,State,NodeList --parsable2 -j 12_0,12_4 (task 4 still waits in the array's record)
     assert sacct(array_jobs(), "JobID,State,NodeList", "12_0,12_4") == [
-        "12_[3-5%2]|PENDING|None assigned",
         "12_0|COMPLETED|node[1-2]",
         "12_0.batch|COMPLETED|node1",
+        "12_[3-5%2]|PENDING|None assigned",
     ]
     assert sacct(array_jobs(), "JobID", "12_[1-2]", allocations=True) == ["12_1", "12_2"]
     assert len(sacct(array_jobs(), "JobID", "12", allocations=True)) == 4  # the array's id: every record

@@ -136,6 +136,14 @@ class HistoryQuery:
         return any(s.matches_job(job) and s.matches_step(step) for s in self.selectors)
 
 
+def listing_order(job: Any) -> tuple:
+    """sacct's order: by job id, an array's records together under the array's id, its tasks by task id and
+    the tasks still waiting in the array's record after them."""
+    if job.array_job_id:
+        return (job.array_job_id, bool(job.array_pending), job.array_task_id, job.job_id)
+    return (job.job_id, False, 0, job.job_id)
+
+
 def window(query: HistoryQuery, now: float) -> tuple[float, float]:
     """(S, E) with sacct's defaults; the window is [S, E)."""
     start, end = query.start, query.end
@@ -201,7 +209,7 @@ class ControllerJobHistory:
         }
         jobs = self.client.call("ListJobs", request).jobs
         start, end = window(query, now)
-        return sorted((job for job in jobs if selected(job, query, start, end)), key=lambda job: job.job_id)
+        return sorted((job for job in jobs if selected(job, query, start, end)), key=listing_order)
 
 
 class AccountingJobHistory:
@@ -230,7 +238,7 @@ class AccountingJobHistory:
             and (not query.partitions or jobview.partition(j) in query.partitions)
             and query.wants_job(j)
         ]
-        return sorted(wanted, key=lambda job: job.job_id)
+        return sorted(wanted, key=listing_order)
 
 
 def select_jobs(client: Any, query: HistoryQuery, now: float) -> list[Any]:
