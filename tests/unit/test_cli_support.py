@@ -36,6 +36,8 @@ class ClusterState:
         self.submit_keys: list[str] = []  # idempotency key of every SubmitJob received
         self.cancel_signals: list[int] = []  # signal of every CancelJob received
         self.cancel_tasks: list[tuple[int, str]] = []  # (job id, array_tasks) of every CancelJob received
+        self.updates: list[pb.UpdateJobRequest] = []  # every UpdateJob and RequeueJob received
+        self.requeues: list[pb.RequeueJobRequest] = []
 
 
 class FakeController(pb_grpc.SlurmControllerServicer):
@@ -192,6 +194,26 @@ class FakeController(pb_grpc.SlurmControllerServicer):
                 return pb.CancelJobReply(job=job, already_finished=True)
             job.state = pb.CANCELLED
             return pb.CancelJobReply(job=job)
+
+    def UpdateJob(self, request, context):
+        self._record("UpdateJob")
+        self._leader_only(context)
+        with self.state.lock:
+            job = self.state.jobs.get(request.job_id)
+            if job is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} does not exist")
+            self.state.updates.append(request)
+            return job
+
+    def RequeueJob(self, request, context):
+        self._record("RequeueJob")
+        self._leader_only(context)
+        with self.state.lock:
+            job = self.state.jobs.get(request.job_id)
+            if job is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} does not exist")
+            self.state.requeues.append(request)
+            return job
 
 
 class FakeCluster:

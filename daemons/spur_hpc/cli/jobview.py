@@ -338,6 +338,23 @@ def _user_and_group(job: Any) -> tuple[str, str]:
     return user, f"{group_name}({job.spec.gid})"
 
 
+def _array_keys(job: Any) -> str:
+    """ArrayJobId/ArrayTaskId of an array's record (the pending rest shows its tasks and throttle)."""
+    if not job.array_job_id:
+        return ""
+    if job.array_pending:
+        throttle = f" ArrayTaskThrottle={job.array_max_running}" if job.array_max_running else ""
+        task = array_task_text(job)
+        return f" ArrayJobId={job.array_job_id} ArrayTaskId={task}{throttle}"
+    return f" ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"
+
+
+def _memory_line(spec: Any) -> str:
+    if spec.mem_per_cpu_mb:
+        return f"   MinMemoryCPU={spec.mem_per_cpu_mb}M"
+    return f"   MinMemoryNode={spec.memory_mb}M" if spec.memory_mb else "   MinMemoryNode=0"
+
+
 def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
     """`scontrol show job` for one job: Slurm's Key=Value lines, continuation lines indented by 3."""
     state = state_name(job)
@@ -349,25 +366,48 @@ def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
         end = units.format_timestamp(job.start_time + job.spec.time_limit_secs)
     else:
         end = "Unknown"
+    spec = job.spec
     lines = [
-        f"JobId={job.job_id} JobName={job.spec.name}",
+        f"JobId={job.job_id}{_array_keys(job)} JobName={spec.name}",
         f"   UserId={user} GroupId={group}",
-        f"   Account={job.spec.account or '(null)'}",
-        f"   JobState={state} Reason={job.reason or 'None'} Dependency=(null)",
-        f"   Restarts={max(0, job.attempt - 1)} BatchFlag=1 ExitCode={job.exit_code}:{job.signal}",
+        f"   Nice={spec.nice} Account={spec.account or '(null)'} QOS={spec.qos or '(null)'}",
+        f"   JobState={state} Reason={job.reason or 'None'} Dependency={spec.dependency or '(null)'}",
+        f"   Requeue={0 if spec.requeue == 2 else 1} Restarts={job.restart_count or max(0, job.attempt - 1)} "
+        f"BatchFlag={0 if spec.interactive else 1} ExitCode={job.exit_code}:{job.signal}",
         f"   RunTime={units.format_clock(elapsed_seconds(job, now))} "
-        f"TimeLimit={units.format_limit(job.spec.time_limit_secs, clock=True)}",
-        f"   SubmitTime={units.format_timestamp(job.submit_time)}",
-        f"   StartTime={units.format_timestamp(job.start_time)} EndTime={end}",
+        f"TimeLimit={units.format_limit(spec.time_limit_secs, clock=True)} "
+        f"TimeMin={units.format_limit(spec.time_min_secs, 'N/A', clock=True)}",
+        f"   SubmitTime={units.format_timestamp(job.submit_time)} "
+        f"EligibleTime={units.format_timestamp(job.eligible_time)}",
+        f"   StartTime={units.format_timestamp(job.start_time)} EndTime={end} "
+        f"Deadline={units.format_timestamp(spec.deadline, 'N/A')}",
         f"   Partition={partition(job)}",
+        f"   ReqNodeList={spec.nodelist or '(null)'} ExcNodeList={spec.exclude or '(null)'}",
         f"   NodeList={nodes}",
         f"   BatchHost={job.nodes[0] if job.nodes else '(null)'}",
-        f"   NumNodes={node_count(job)} NumCPUs={cpu_count(job)} NumTasks={max(1, job.spec.tasks)} "
-        f"CPUs/Task={max(1, job.spec.cpus_per_task)}",
-        f"   MinMemoryNode={job.spec.memory_mb}M" if job.spec.memory_mb else "   MinMemoryNode=0",
-        f"   WorkDir={job.spec.work_dir}",
+        f"   NumNodes={node_count(job)} NumCPUs={cpu_count(job)} NumTasks={max(1, spec.tasks)} "
+        f"CPUs/Task={max(1, spec.cpus_per_task)}",
+        _memory_line(spec),
+        f"   Features={spec.constraint or '(null)'}",
+        f"   OverSubscribe={'NO' if spec.exclusive else 'OK'}",
+        f"   WorkDir={spec.work_dir}",
+    ]
+    if spec.comment:
+        lines.append(f"   Comment={spec.comment}")
+    lines += [
         f"   StdErr={stderr_path(job)}",
         "   StdIn=/dev/null",
         f"   StdOut={stdout_path(job)}",
     ]
+    if spec.mail_user or spec.mail_type:
+        lines.append(f"   MailUser={spec.mail_user or spec.user} MailType={spec.mail_type or 'NONE'}")
+    per_node = [f"gres:{item}" for item in spec.gres.split(",") if item] if spec.gres else []
+    per_node += [f"gres:gpu:{spec.gpus_per_node}"] if spec.gpus_per_node else []
+    for key, items in (
+        ("TresPerJob", [f"gres:gpu:{spec.gpus}"] if spec.gpus else []),
+        ("TresPerNode", per_node),
+        ("TresPerTask", [f"gres:gpu:{spec.gpus_per_task}"] if spec.gpus_per_task else []),
+    ):
+        if items:
+            lines.append(f"   {key}={','.join(items)}")
     return [printable(line) for line in lines]  # a value can never start a line of its own

@@ -28,7 +28,11 @@ DESCRIPTION = """Commands:
   show job[s] [ID]                                  jobs as Key=Value records (finished jobs too)
   update NodeName=NODES State=STATE [Reason=TEXT]   STATE is DRAIN, RESUME (or IDLE, UNDRAIN) or DOWN;
                                                     DRAIN and DOWN need a Reason; NODES may be a hostlist
+  update JobId=IDS KEY=VALUE...                      change pending jobs: TimeLimit, Partition, Dependency,
+                                                    NumCPUs, NumTasks, Nice, Name (TimeLimit of running ones)
   hold JOB_ID[,JOB_ID...] / release JOB_ID[,...]    keep pending jobs from starting / let them start
+  requeue JOB_ID[,...] / requeuehold JOB_ID[,...]   put jobs back in the queue (held with requeuehold)
+  show config                                       the settings clients read (MinJobAge, MaxArraySize, ...)
   ping                                              which controllers answer, and which one leads
   version                                           this command's version and build"""
 
@@ -50,6 +54,11 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
     if not args:
         raise CliError("show needs what to show: node, nodes, job or jobs (like: scontrol show job 42)")
     what, rest = args[0].lower(), args[1:]
+    if what in ("config", "conf", "configuration"):
+        from spur_hpc.cli import jobcontrol
+
+        commandline.print_lines(jobcontrol.config_lines(client))
+        return 0
     if len(rest) > 1:
         raise CliError(f"show {what} takes at most one name or id, got {' '.join(rest)}")
     from spur_hpc.wire.grpcwire import RpcError
@@ -92,7 +101,7 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
             now = time.time()
             _print_records([jobview.show_job_lines(j, now) for j in jobs], values["oneliner"])
         return 0
-    raise CliError(f"cannot show '{args[0]}': use node, nodes, job or jobs")
+    raise CliError(f"cannot show '{args[0]}': use node, nodes, job, jobs or config")
 
 
 def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:
@@ -196,17 +205,27 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if not positionals:
-        raise CliError("no command given: use show, update, hold, release, ping or version; see --help")
+        raise CliError(
+            "no command given: use show, update, hold, release, requeue, requeuehold, ping or version; see --help"
+        )
     command, args = positionals[0].lower(), positionals[1:]
     if command == "version":
         from spur_hpc import buildinfo
 
         print(buildinfo.describe(program))
         return 0
-    if command == "update":
-        parse_node_update(args)  # bad input fails before the controller is looked up
-    elif command not in ("show", "hold", "release", "ping"):
-        raise CliError(f"unknown command '{positionals[0]}': use show, update, hold, release, ping or version")
+    from spur_hpc.cli import jobcontrol
+
+    if command == "update":  # bad input fails before the controller is looked up
+        if jobcontrol.is_job_update(args):
+            jobcontrol.parse_job_update(args)
+        else:
+            parse_node_update(args)
+    elif command not in ("show", "hold", "release", "requeue", "requeuehold", "ping"):
+        raise CliError(
+            f"unknown command '{positionals[0]}': use show, update, hold, release, requeue, requeuehold, ping "
+            "or version"
+        )
 
     from spur_hpc.cli.controller import ControllerClient
 
@@ -214,7 +233,9 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if command == "show":
         return show(client, args, values)
     if command == "update":
-        return update(client, args)
+        return jobcontrol.update_jobs(client, args) if jobcontrol.is_job_update(args) else update(client, args)
+    if command in ("requeue", "requeuehold"):
+        return jobcontrol.requeue(client, command, args)
     if command in ("hold", "release"):
         return hold_or_release(client, command, args)
     return ping(client)

@@ -1,0 +1,178 @@
+"""scontrol's job commands beyond show/hold/release: requeue, requeuehold, update JobId=..., show config.
+
+Each parses every argument before the first call, so a typo changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+from spur_hpc import model
+from spur_hpc.cli import commandline, units
+from spur_hpc.cli.runner import CliError, error_line
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROGRAM = "scontrol"
+UPDATE_KEYS = ("TimeLimit", "Partition", "Dependency", "NumCPUs", "NumTasks", "Nice", "Name", "JobName")
+
+
+def is_job_update(args: list[str]) -> bool:
+    return any(arg.partition("=")[0].lower() in ("jobid", "job") for arg in args)
+
+
+def parse_job_update(args: list[str]) -> tuple[list[int], dict[str, str]]:
+    """update JobId=12[,13] Key=Value ... -> (job ids, {lower key: value}); unknown keys are refused."""
+    job_ids: list[int] = []
+    fields: dict[str, str] = {}
+    known = {key.lower(): key for key in UPDATE_KEYS}
+    for arg in args:
+        key, has_value, value = arg.partition("=")
+        if not has_value:
+            raise CliError(f"invalid update argument '{arg}': write Key=Value, like TimeLimit=30")
+        lower = key.lower()
+        if lower in ("jobid", "job"):
+            job_ids.extend(commandline.parse_job_ids([value], "JobId"))
+        elif lower in known:
+            fields["name" if lower == "jobname" else lower] = value
+        else:
+            raise CliError(
+                f"updating '{key}' of a job is not supported: Spur updates {', '.join(UPDATE_KEYS[:-1])} "
+                "of pending jobs (and TimeLimit of running ones)"
+            )
+    if not job_ids:
+        raise CliError("update needs JobId=ID, like: scontrol update JobId=42 TimeLimit=30")
+    if not fields:
+        raise CliError(f"update JobId={job_ids[0]} changes nothing: add one of {', '.join(UPDATE_KEYS[:-1])}")
+    spec_of(fields, None)  # every value is checked before any call
+    return job_ids, fields
+
+
+def spec_of(fields: dict[str, str], job: Any) -> tuple[list[str], dict[str, Any]]:
+    """Key=Value pairs -> (UpdateJobRequest.fields, its spec). NumCPUs keeps the job's task count when it
+    divides evenly (CPUs per task), else it becomes that many one-CPU tasks."""
+    from spur_hpc.cli import jobopts
+
+    names: list[str] = []
+    spec: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key == "timelimit":
+            spec["time_limit_secs"] = units.parse_time_limit(value, "TimeLimit")
+            names.append("time_limit_secs")
+        elif key == "partition":
+            spec["partition"] = jobopts.one_line_text(value.strip(), "Partition")
+            names.append("partition")
+        elif key == "dependency":
+            text = value.strip()
+            if text and text.lower() != "none":
+                try:
+                    model.parse_dependency(text)
+                except model.InvalidValue as exc:
+                    raise CliError(f"Dependency: {exc}") from None
+            spec["dependency"] = "" if text.lower() == "none" else text
+            names.append("dependency")
+        elif key == "nice":
+            spec["nice"] = jobopts.bounded(value, "Nice", -jobopts.NICE_LIMIT, jobopts.NICE_LIMIT)
+            names.append("nice")
+        elif key == "name":
+            spec["name"] = jobopts.one_line_text(value, "Name")
+            names.append("name")
+        elif key == "numtasks":
+            spec["tasks"] = jobopts.bounded(value, "NumTasks", 1, units.INT32_MAX)
+            names.append("tasks")
+        elif key == "numcpus":
+            cpus = jobopts.bounded(value, "NumCPUs", 1, units.INT32_MAX)
+            tasks = max(1, int(spec.get("tasks") or (job.spec.tasks if job is not None else 1)))
+            if cpus % tasks == 0:
+                spec["cpus_per_task"] = cpus // tasks
+                names.append("cpus_per_task")
+            else:
+                spec.update(tasks=cpus, cpus_per_task=1)
+                names += [n for n in ("tasks", "cpus_per_task") if n not in names]
+    return names, spec
+
+
+def update_jobs(client: Any, args: list[str]) -> int:
+    from spur_hpc.cli import caller
+    from spur_hpc.wire.grpcwire import RpcError
+
+    job_ids, fields = parse_job_update(args)
+    me = caller.user_name()
+    failures = 0
+    for index, job_id in enumerate(job_ids):
+        try:
+            job = client.call("GetJob", {"job_id": job_id}) if "numcpus" in fields else None
+            names, spec = spec_of(fields, job)
+            client.call("UpdateJob", {"job_id": job_id, "fields": names, "spec": spec, "requested_by": me}, write=True)
+        except RpcError as exc:
+            commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
+            failures += 1
+            detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
+            error_line(PROGRAM, f"job {job_id}: {detail}")
+    return 1 if failures else 0
+
+
+def requeue(client: Any, command: str, args: list[str]) -> int:
+    """requeue / requeuehold [Incomplete] JOB_ID[,...]: back to pending (held with requeuehold)."""
+    from spur_hpc.cli import caller
+    from spur_hpc.wire.grpcwire import RpcError
+
+    words = [a for a in args if a.lower() not in ("incomplete", "state=specialexit")]
+    if not words:
+        raise CliError(f"{command} needs job ids, like: scontrol {command} 42")
+    job_ids = commandline.parse_job_ids(words)
+    me = caller.user_name()
+    failures = 0
+    for index, job_id in enumerate(job_ids):
+        try:
+            client.call(
+                "RequeueJob", {"job_id": job_id, "hold": command == "requeuehold", "requested_by": me}, write=True
+            )
+        except RpcError as exc:
+            commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
+            failures += 1
+            detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
+            error_line(PROGRAM, f"job {job_id}: {detail}")
+    return 1 if failures else 0
+
+
+CONFIG_KEY_WIDTH = 23  # Slurm's "%-23s = %s"
+
+
+def config_lines(client: Any, now: float | None = None) -> list[str]:
+    """scontrol show config: the keys clients read (snakemake: MinJobAge, MaxArraySize), with Spur's values.
+    MinJobAge comes from spur.conf's [controller] when this host has it, else the default."""
+    import os
+
+    from spur_hpc import buildinfo, conf
+    from spur_hpc.cli.controller import DEFAULT_CONF_PATH, controller_addresses
+
+    path = os.environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
+    min_job_age = conf.SCHEMA["controller"]["min_job_age_secs"].default
+    try:
+        min_job_age = conf.load(path, role="client").controller.min_job_age_secs
+    except (conf.ConfigError, OSError, AttributeError):
+        pass  # no readable spur.conf here (SPUR_CONTROLLER_ADDR): the default
+    info = client.call("GetClusterInfo")
+    pairs = [
+        ("AuthType", "auth/munge"),
+        ("ClusterName", info.cluster_name or "(null)"),
+        ("JobRequeue", "1"),
+        ("MaxArraySize", str(model.MAX_ARRAY_TASKS)),
+        ("MinJobAge", f"{min_job_age} sec"),
+        ("MpiDefault", "none"),
+        ("PriorityType", "priority/basic"),
+        ("SchedulerType", "sched/builtin"),
+        ("SelectType", "select/cons_tres"),
+    ]
+    pairs += [(f"SlurmctldHost[{i}]", address) for i, address in enumerate(controller_addresses())]
+    pairs += [
+        ("SlurmctldPort", str(model.CONTROLLER_GRPC_PORT)),
+        ("SlurmdPort", str(model.AGENT_GRPC_PORT)),
+        ("SLURM_CONF", path),
+        ("SLURM_VERSION", buildinfo.version()),
+    ]
+    stamp = units.format_timestamp(time.time() if now is None else now)
+    return [f"Configuration data as of {stamp}"] + [f"{k:<{CONFIG_KEY_WIDTH}} = {v}" for k, v in pairs]

@@ -1,0 +1,97 @@
+"""scontrol's job commands (update JobId=, requeue, requeuehold, show config) and show job's option lines."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli_support import fake_cluster
+
+from spur_hpc.cli import jobview, slurm
+from spur_hpc.proto import slurm_pb2 as pb
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch):
+    with fake_cluster(monkeypatch) as fake:
+        fake.add_job(5, state=pb.PENDING, spec=pb.JobSpec(user="alice", tasks=4, cpus_per_task=1))
+        yield fake
+
+
+def run(argv, capsys):
+    code = slurm.scontrol_main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_update_sends_the_named_fields_only(cluster, capsys) -> None:
+    argv = ["update", "JobId=5", "TimeLimit=1:00:00", "Partition=gpu", "Dependency=afterok:3", "Nice=10", "Name=x"]
+    assert run(argv, capsys) == (0, "", "")
+    (request,) = cluster.state.updates
+    assert list(request.fields) == ["time_limit_secs", "partition", "dependency", "nice", "name"]
+    spec = request.spec
+    assert (spec.time_limit_secs, spec.partition, spec.dependency, spec.nice, spec.name) == (
+        3600, "gpu", "afterok:3", 10, "x"
+    )  # fmt: skip
+
+
+def test_numcpus_keeps_the_task_count_when_it_divides(cluster, capsys) -> None:
+    assert run(["update", "jobid=5", "NumCPUs=8"], capsys)[0] == 0
+    assert run(["update", "jobid=5", "NumCPUs=6"], capsys)[0] == 0
+    first, second = cluster.state.updates
+    assert list(first.fields) == ["cpus_per_task"] and first.spec.cpus_per_task == 2
+    assert list(second.fields) == ["tasks", "cpus_per_task"] and (second.spec.tasks, second.spec.cpus_per_task) == (
+        6, 1
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["update", "JobId=5", "Colour=blue"], "updating 'Colour' of a job is not supported"),
+        (["update", "JobId=5", "TimeLimit=soon"], "invalid TimeLimit value 'soon'"),
+        (["update", "JobId=5", "Dependency=whenever:3"], "not a dependency type"),
+        (["update", "JobId=5"], "changes nothing"),
+        (["update", "JobId=x", "Nice=1"], "invalid JobId 'x'"),
+    ],
+)
+def test_a_bad_update_is_one_line_and_sends_nothing(cluster, capsys, argv, message) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 1 and err.count("\n") == 1 and message in err
+    assert not cluster.state.updates
+
+
+def test_an_unknown_job_is_slurms_line(cluster, capsys) -> None:
+    code, _out, err = run(["update", "JobId=99", "Nice=1"], capsys)
+    assert code == 1 and err == "scontrol: error: job 99: Invalid job id specified\n"
+
+
+def test_requeue_and_requeuehold(cluster, capsys) -> None:
+    assert run(["requeue", "5"], capsys)[0] == 0
+    assert run(["requeuehold", "Incomplete", "5"], capsys)[0] == 0
+    assert [(r.job_id, r.hold) for r in cluster.state.requeues] == [(5, False), (5, True)]
+
+
+def test_show_config_prints_the_keys_clients_read(cluster, capsys) -> None:
+    code, out, _err = run(["show", "config"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("Configuration data as of ")
+    keys = dict(line.split(" = ", 1) for line in lines[1:])
+    assert keys["ClusterName".ljust(23)] == "spur"
+    assert keys["MinJobAge".ljust(23)] == "300 sec" and keys["MaxArraySize".ljust(23)] == "10001"
+    assert "SLURM_VERSION".ljust(23) in keys
+
+
+def test_show_job_has_the_array_and_option_lines() -> None:
+    spec = pb.JobSpec(name="sweep", user="alice", dependency="afterok:3", requeue=2, comment="a rule",
+                      constraint="fast&big", gres="gpu:2", mail_type="END", mail_user="a@b", exclusive=True,
+                      nodelist="n[1-2]", mem_per_cpu_mb=512)  # fmt: skip
+    rest = pb.Job(job_id=12, spec=spec, state=pb.PENDING, array_job_id=12, array_pending="3-15", array_max_running=4)
+    task = pb.Job(job_id=13, spec=spec, state=pb.RUNNING, array_job_id=12, array_task_id=1, restart_count=2)
+    rest_lines = jobview.show_job_lines(rest, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    task_lines = jobview.show_job_lines(task, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    assert rest_lines[0] == "JobId=12 ArrayJobId=12 ArrayTaskId=3-15%4 ArrayTaskThrottle=4 JobName=sweep"
+    assert task_lines[0] == "JobId=13 ArrayJobId=12 ArrayTaskId=1 JobName=sweep"
+    text = "\n".join(task_lines)
+    for expected in ("Dependency=afterok:3", "Requeue=0 Restarts=2", "Comment=a rule", "Features=fast&big",
+                     "TresPerNode=gres:gpu:2", "MailUser=a@b MailType=END", "OverSubscribe=NO",
+                     "ReqNodeList=n[1-2]", "MinMemoryCPU=512M"):  # fmt: skip
+        assert expected in text, expected
