@@ -12,7 +12,7 @@ import os
 import subprocess
 
 import pytest
-from ansible_collections.spur.cluster.plugins.module_utils import spur_client
+from ansible_collections.spur.cluster.plugins.module_utils import spur_client, spur_probes
 from collection_helpers import bare_python
 
 from spur_hpc import grpcutil
@@ -78,3 +78,20 @@ def test_every_grpc_call_carries_a_credential(tmp_path):
     with pytest.raises(spur_client.SpurRefused) as info:
         munge.credential()
     assert "MUNGE credential" in info.value.message and info.value.override == "auth_type"
+
+
+# ------------------------------------------------------------------ discovery
+
+
+@pytest.mark.parametrize(
+    ("reported", "probe", "dialled"),
+    [
+        ("0.0.0.0:6817", "http://127.0.1.2:6822", "127.0.1.2:6817"),
+        ("[::]:7000", "http://[::1]:6822", "[::1]:7000"),
+        ("0.0.0.0", "http://127.0.1.2:6822", "127.0.1.2:6817"),  # the default gRPC port, not a port "0.0.0.0"
+        ("127.0.1.3:6817", "http://127.0.1.2:6822", "127.0.1.3:6817"),
+        ("::1:6817", "http://127.0.1.2:6822", "::1:6817"),  # not an address: left for the call to name
+    ],
+)
+def test_a_wildcard_grpc_address_is_dialled_on_the_host_whose_probe_answered(reported, probe, dialled):
+    assert spur_probes.reachable_grpc_addr(reported, probe) == dialled

@@ -15,8 +15,11 @@ from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import Request, make_context
 from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurInvalid, SpurUnreachable
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import (
+    CONTROLLER_GRPC_PORT,
     CONTROLLER_PROBE_PORT,
     address_host,
+    join_host_port,
+    split_host_port,
     with_port,
 )
 
@@ -144,12 +147,12 @@ def reachable_grpc_addr(address: str | None, via_url: str) -> str | None:
     """A wildcard listen address (0.0.0.0:6817) is reached through the host its probe answered on."""
     if not address:
         return None
-    host, _sep, port = address.rpartition(":")
-    if host in ("0.0.0.0", "::", "[::]", ""):
-        probe_host = address_host(via_url)
-        if ":" in probe_host:
-            probe_host = "[%s]" % probe_host
-        return "%s:%s" % (probe_host, port)
+    try:
+        host, port = split_host_port(address, CONTROLLER_GRPC_PORT)
+    except ValueError:
+        return address  # not ours to judge here: the gRPC call names the address if it cannot be dialled
+    if host in ("0.0.0.0", "::"):
+        return join_host_port(address_host(via_url), port)
     return address
 
 

@@ -26,7 +26,13 @@ from spur_hpc.agent.servicer import AgentServicer, running_pb
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
 from spur_hpc.daemon import EXIT_REFUSED, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer, json_response, text_response
-from spur_hpc.model import REASON_AGENT_STOPPED
+from spur_hpc.model import (
+    AGENT_GRPC_PORT,
+    CONTROLLER_GRPC_PORT,
+    REASON_AGENT_STOPPED,
+    normalize_addr,
+    split_host_port,
+)
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.stepd.session import SessionError
 
@@ -94,15 +100,15 @@ class AgentDaemon(Daemon):
         except auth.AuthError as exc:
             raise StartupError(f"[auth] type = {self.conf.auth.type}: {exc}") from None
         self.node = conf.node_name(self.conf)
-        self.address = conf.normalize_addr(a.advertise_addr or a.listen_addr, conf.AGENT_GRPC_PORT)
-        host, port = conf.split_host_port(self.address)
+        self.address = normalize_addr(a.advertise_addr or a.listen_addr, AGENT_GRPC_PORT)
+        host, port = split_host_port(self.address)
         if host in ("0.0.0.0", "::"):
             # A wildcard cannot be dialled: advertise this host's name with the port we listen on.
             self.address = f"{socket.gethostname()}:{port}"
             self.log.info("listen_addr is a wildcard and advertise_addr is unset: advertising %s", self.address)
         self.cpus = a.cpus or detect_cpus()
         self.memory_mb = a.memory_mb or detect_memory_mb()
-        hosts = [conf.normalize_addr(h, conf.CONTROLLER_GRPC_PORT) for h in self.conf.controller.hosts]
+        hosts = [normalize_addr(h, CONTROLLER_GRPC_PORT) for h in self.conf.controller.hosts]
         self.client = ControllerClient(hosts, auth_type=self.conf.auth.type, munge_socket=self.conf.auth.munge_socket)
 
     # -------------------------------------------------------------- start
@@ -123,7 +129,7 @@ class AgentDaemon(Daemon):
             raise StartupError(f"[agent] state_dir {a.state_dir}: {exc}; fix its owner/permissions") from None
         try:
             self._lock_state_dir()
-            self.server, _port = grpcutil.create_server(conf.normalize_addr(a.listen_addr, conf.AGENT_GRPC_PORT))
+            self.server, _port = grpcutil.create_server(normalize_addr(a.listen_addr, AGENT_GRPC_PORT))
             self.probe = ProbeServer(
                 a.probe_addr, {"/livez": self._livez, "/readyz": self._readyz, "/status": self._status}
             )

@@ -7,7 +7,6 @@ import argparse
 import logging
 import os
 import socket
-import stat
 import threading
 import time
 import uuid
@@ -17,7 +16,7 @@ import grpc
 
 from spur_hpc import auth, buildinfo, grpcutil
 from spur_hpc.accounting import SchemaTooNewError
-from spur_hpc.conf import CONTROLLER_GRPC_PORT, RAFT_PORT, Config, load, normalize_addr, read_secret, split_host_port
+from spur_hpc.conf import Config, load, read_secret
 from spur_hpc.controller import bootstrap, errors, storage, wal
 from spur_hpc.controller.accounting_link import AccountingLink
 from spur_hpc.controller.authz import Authorizer
@@ -33,6 +32,7 @@ from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.status import MemberStatus
 from spur_hpc.daemon import EXIT_FATAL, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer
+from spur_hpc.model import CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr, split_host_port
 from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2_grpc
 
 log = logging.getLogger("spurctld")
@@ -42,30 +42,6 @@ _SCHEDULING_OPS = frozenset(
     {"job_submit", "job_end", "job_cancel", "job_requeue", "node_register", "node_resume", "job_release"}
 )
 JOINING_MARKER = "joining"
-
-
-def tighten_state_dir(state_dir: str) -> None:
-    """Take group and other access off the state directory and everything in it (an older release, or a
-    directory made by hand, may have left them readable), and say so once."""
-    fixed = []
-    for root, _dirs, files in os.walk(state_dir):
-        for path in [root] + [os.path.join(root, name) for name in files]:
-            st = os.stat(path) if path == state_dir else os.lstat(path)  # state_dir itself may be a symlink
-            if stat.S_ISLNK(st.st_mode) or not stat.S_IMODE(st.st_mode) & 0o077:
-                continue
-            try:
-                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
-            except OSError as exc:
-                raise storage.StorageError(
-                    f"[controller] state_dir {state_dir}: cannot make {path} private ({exc.strerror}); fix its owner"
-                ) from None
-            fixed.append(f"{os.path.relpath(path, state_dir)} {stat.S_IMODE(st.st_mode):04o}")
-    if fixed:
-        log.warning(
-            "[controller] state_dir %s was open to other users (%s): fixed, now for this user only (0700/0600)",
-            state_dir,
-            ", ".join(fixed[:5]) + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""),
-        )
 
 
 class ControllerDaemon(MemberStatus, Daemon):
@@ -131,7 +107,7 @@ class ControllerDaemon(MemberStatus, Daemon):
         os.umask(0o077)
         try:
             storage.prepare(self.paths)
-            tighten_state_dir(self.paths.state_dir)
+            storage.tighten_state_dir(self.paths.state_dir)
             self._forget_unfinished_join()
             self.had_data = storage.has_data(self.paths)
             self.identity = storage.read_identity(self.paths)

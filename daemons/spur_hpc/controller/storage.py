@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import pickle
+import stat
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 from spur_hpc.controller.state import StateFormatError
+
+log = logging.getLogger("spurctld")
 
 JOURNAL = "raft.journal"
 DUMP = "raft.dump"
@@ -61,6 +65,30 @@ def prepare(paths: StatePaths) -> None:
         raise StorageError(f"[controller] state_dir {paths.state_dir}: cannot create it ({exc.strerror})") from None
     if not os.access(paths.state_dir, os.W_OK):
         raise StorageError(f"[controller] state_dir {paths.state_dir}: not writable by this user; fix its owner")
+
+
+def tighten_state_dir(state_dir: str) -> None:
+    """Take group and other access off the state directory and everything in it (an older release, or a
+    directory made by hand, may have left them readable), and say so once."""
+    fixed = []
+    for root, _dirs, files in os.walk(state_dir):
+        for path in [root] + [os.path.join(root, name) for name in files]:
+            st = os.stat(path) if path == state_dir else os.lstat(path)  # state_dir itself may be a symlink
+            if stat.S_ISLNK(st.st_mode) or not stat.S_IMODE(st.st_mode) & 0o077:
+                continue
+            try:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+            except OSError as exc:
+                raise StorageError(
+                    f"[controller] state_dir {state_dir}: cannot make {path} private ({exc.strerror}); fix its owner"
+                ) from None
+            fixed.append(f"{os.path.relpath(path, state_dir)} {stat.S_IMODE(st.st_mode):04o}")
+    if fixed:
+        log.warning(
+            "[controller] state_dir %s was open to other users (%s): fixed, now for this user only (0700/0600)",
+            state_dir,
+            ", ".join(fixed[:5]) + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else ""),
+        )
 
 
 def journal_records(path: str) -> int:
