@@ -221,3 +221,83 @@ def test_a_previous_release_keeps_writing_its_columns_after_the_migration(pg_dat
     # The upgraded leader then writes over the old release's rows as usual.
     writer_for(pg_database).reconcile([job(40, "COMPLETED", 1)])
     assert query(pg_database, job_ids=[40])[0]["steps"]["batch"]["state"] == "COMPLETED"
+
+
+# ---------------------------------------------------------------------- records made by the state machine
+
+
+def test_records_of_the_state_machine_reach_sacct_with_their_array_tasks_and_steps(pg_database: Database) -> None:
+    """The replicated records themselves (controller/state.py, copied as the leader's accounting loop copies
+    them), not hand-made ones: an array split task by task, and a job with an srun step over two nodes."""
+    from spur_hpc.controller import wal
+    from spur_hpc.controller.accounting_link import _job_copy
+    from spur_hpc.controller.scheduler import plan_starts
+    from spur_hpc.controller.state import ClusterState
+
+    def rec(op: str, **kw: object) -> dict:
+        return wal.make_record(op, **kw)
+
+    s = ClusterState()
+    s.apply(rec("cluster_init", name="c", cluster_id=CLUSTER, members=["a:1"], wal_level=3))
+    for name in ("n1", "n2"):
+        s.apply(
+            rec(
+                "node_register", name=name, address=f"{name}:1", cpus=2, memory_mb=100, version="1", build="b",
+                partition="default", running=[], time=T0,
+            )
+        )  # fmt: skip
+    base = {"script": "#!/bin/sh\n", "user": "alice", "uid": 1000, "gid": 1000, "work_dir": "/tmp", "nodes": 1,
+            "tasks": 1, "cpus_per_task": 1, "memory_mb": 0, "time_limit_secs": 0, "partition": "default"}  # fmt: skip
+    steps_job = s.apply(rec("job_submit", spec={**base, "name": "steps", "nodes": 2, "tasks": 4}, key="", time=T0))
+    array = s.apply(rec("job_submit", spec={**base, "name": "arr", "array": "0-2%2"}, key="", time=T0))
+    steps_id, array_id = steps_job["job_id"], array["job_id"]
+    writer = writer_for(pg_database)
+
+    def start_planned(now: float) -> None:
+        for job_id, nodes in plan_starts(s, now):
+            job = s.jobs[job_id]
+            op = "job_array_split" if job.get("array_pending") else "job_start"
+            assert s.apply(rec(op, job_id=job_id, nodes=nodes, attempt=job["attempt"] + 1, time=now))["ok"]
+
+    def end(job_id: int, now: float, state: str = "COMPLETED", code: int = 0) -> None:
+        job = s.jobs[job_id]
+        s.apply(rec("job_end", job_id=job_id, attempt=job["attempt"], state=state, exit_code=code, signal=0,
+                    time=now, reason=""))  # fmt: skip
+
+    def sync() -> dict[int, dict]:
+        writer.reconcile([_job_copy(job) for job in s.jobs.values()])
+        return {r["job_id"]: r for r in query(pg_database, job_ids=[steps_id, array_id])}
+
+    start_planned(T0 + 1)
+    assert s.jobs[steps_id]["state"] == "RUNNING"
+    created = s.apply(
+        rec("step_create", job_id=steps_id, attempt=1, name="python3", cpus_per_task=1,
+            layout={"n1": [0, 1], "n2": [2, 3]}, spec={"argv": ["python3"], "io_token": "secret"}, time=T0 + 2)
+    )  # fmt: skip
+    assert created["ok"], created
+    end(steps_id, T0 + 3)  # frees both nodes: two array tasks start (the %2 throttle)
+    start_planned(T0 + 4)
+    rows = sync()
+    assert rows[array_id]["array_pending"] == "2" and rows[array_id]["array_max_running"] == 2
+    split_off = [r for r in rows.values() if r["array_job_id"] == array_id and r["job_id"] != array_id]
+    tasks = sorted((r["array_task_id"], r["state"]) for r in split_off)
+    assert tasks == [(0, "RUNNING"), (1, "RUNNING")]
+    steps = rows[steps_id]["steps"]
+    assert list(steps) == ["batch", "0"] and steps["batch"]["state"] == "COMPLETED"
+    assert steps["0"]["nodes"] == ["n1", "n2"] and steps["0"]["tasks"] == 4
+    for node, code in (("n1", 0), ("n2", 5)):
+        s.apply(rec("step_end", job_id=steps_id, attempt=1, step_id="0", node=node, state="COMPLETED" if not code
+                    else "FAILED", exit_code=code, signal=0, time=T0 + 5, reason=""))  # fmt: skip
+    for task in split_off:
+        end(task["job_id"], T0 + 6)
+    start_planned(T0 + 7)  # the last task runs in the array's own record
+    end(array_id, T0 + 8, "FAILED", 1)
+    rows = sync()
+    assert (rows[array_id]["array_task_id"], rows[array_id]["array_pending"], rows[array_id]["state"]) == (
+        2, "", "FAILED")  # fmt: skip
+    assert (rows[steps_id]["steps"]["0"]["state"], rows[steps_id]["steps"]["0"]["exit_code"]) == ("FAILED", 5)
+    assert rows[array_id]["steps"]["batch"]["exit_code"] == 1
+    with pg_database.admin_connect() as conn:
+        stored = conn.execute("SELECT count(*) FROM spur_steps WHERE cluster_id = %s", (CLUSTER,)).fetchone()[0]
+    assert stored == 2 + 3  # the steps job's batch and 0, a batch step per array task
+    assert writer.recorded_job_ids_before([_job_copy(j) for j in s.jobs.values()], T0 + 100) == set(s.jobs)
