@@ -220,6 +220,8 @@ class SlurmSite:
         for c in self.calls():
             rc = "running" if c["rc"] is None else c["rc"]
             lines.append(f"[{rc}] {shown(c.get('argv', []))}")
+            if c["rc"] == 0 and c["stderr"].strip():  # warnings: accepted, perhaps not honoured
+                lines.append(f"    stderr: {c['stderr'].strip()[:500]}")
         return "\n".join(lines) or "(none)"
 
     def job_states(self, job_ids: list[str]) -> dict[str, str]:

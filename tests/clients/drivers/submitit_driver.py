@@ -68,7 +68,7 @@ def wait_state(job: submitit.Job, accept) -> str:
 
 def executor(folder: str, **parameters) -> submitit.SlurmExecutor:
     ex = submitit.SlurmExecutor(folder=folder)  # refuses to start when srun is not on PATH
-    ex.update_parameters(time=5, **parameters)
+    ex.update_parameters(**{"time": 5, **parameters})
     return ex
 
 
