@@ -175,7 +175,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "heartbeat_timeout_secs": Key(
             int,
             60,
-            "An agent that has not sent a heartbeat for this long is marked DOWN and its running jobs NODE_FAIL. "
+            "An agent that has not sent a heartbeat for this long is marked DOWN and its running jobs NODE_FAIL "
+            "(a requeue-able batch job goes back to the queue instead: `job_requeue`). "
             "It is also the longest agent restart that goes unnoticed, so keep it at 30 or more (the controller "
             "warns below 30).",
             min=1,
@@ -188,6 +189,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "wakes it at once).",
             min=1,
             max=60_000,
+        ),
+        "job_requeue": Key(
+            bool,
+            True,
+            "Slurm's `JobRequeue`: whether a batch job submitted without `--requeue` or `--no-requeue` may be "
+            "requeued, by `scontrol requeue` or when its node fails (it then runs again, SLURM_RESTART_COUNT "
+            "counting the runs). Read when a job is submitted, and kept with it. Needs WAL level 3.",
         ),
         "write_timeout_secs": Key(
             float,

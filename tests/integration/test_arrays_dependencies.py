@@ -205,3 +205,21 @@ def test_a_batch_job_whose_node_fails_is_requeued_and_runs_elsewhere(make_cluste
     assert list(again.nodes) == [second.name]
     c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=job), timeout=10)
     c.wait(job, {"CANCELLED"})
+
+
+def test_with_job_requeue_false_a_job_is_kept_from_requeue(make_cluster, tmp_path, work):
+    cluster = make_cluster(1, extra_controller="job_requeue = false")
+    c = Client(cluster)
+    AgentProc(tmp_path / "agent", cluster.hosts, cpus=4).start()
+    job = c.submit("sleep 60\n", work)
+    assert c.wait(job, {"RUNNING"}).spec.requeue == 2, "the cluster's default is kept with the job"
+    message = refused(
+        lambda: c.stub().RequeueJob(slurm_pb2.RequeueJobRequest(job_id=job), timeout=10),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    assert "may not be requeued" in message and "job_requeue" in message
+    allowed = c.submit("sleep 60\n", work, requeue=1)
+    c.wait(allowed, {"RUNNING"})
+    assert c.stub().RequeueJob(slurm_pb2.RequeueJobRequest(job_id=allowed), timeout=10).restart_count == 1
+    for j in (job, allowed):
+        c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=j), timeout=10)

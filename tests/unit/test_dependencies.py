@@ -327,7 +327,7 @@ def test_requeuehold_of_a_finished_job_holds_it_with_job_held_user():
 
 
 @pytest.mark.parametrize(
-    ("kw", "words"), [({"requeue": 2}, "--no-requeue"), ({"interactive": True}, "interactive"), ({}, "PENDING")]
+    ("kw", "words"), [({"requeue": 2}, "may not be requeued"), ({"interactive": True}, "interactive"), ({}, "PENDING")]
 )
 def test_requeue_is_refused_for_no_requeue_interactive_and_pending_jobs(kw, words):
     s = cluster()

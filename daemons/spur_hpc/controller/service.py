@@ -64,6 +64,8 @@ class ControllerService:
         self.clock = clock
         self.member_grpc = member_grpc  # raft address -> gRPC address
         self.timeout = conf.controller.write_timeout_secs
+        # Slurm's JobRequeue, resolved into each job at submit (a stand-in config of a test may lack the key)
+        self.requeue_default = getattr(conf.controller, "job_requeue", True)
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
         # Whether a node's agent still heartbeats (the leader's liveness); unset: every registered node is live.
         self.node_alive: Callable[[str], bool] | None = None
@@ -291,6 +293,8 @@ class ControllerService:
             raise errors.InvalidArgument("--deadline is in the past; give a later time (or no deadline)")
         if spec.get("deadline") and spec.get("begin_time") and spec["deadline"] <= spec["begin_time"]:
             raise errors.InvalidArgument("--deadline is not after --begin; the job could never start in time")
+        if not spec.get("requeue"):  # kept with the job: every member then judges a node failure alike
+            spec["requeue"] = 1 if self.requeue_default else 2
         if spec.get("requeue", 0) not in (0, 1, 2):
             raise errors.InvalidArgument(
                 f"requeue={spec['requeue']} is not 0 (the default), 1 (--requeue) or 2 (--no-requeue)"

@@ -602,7 +602,11 @@ class ClusterState:
         if job["spec"].get("interactive"):
             return err("invalid", f"job {job['job_id']} is an interactive allocation; only batch jobs are requeued")
         if not requeueable(job):
-            return err("conflict", f"job {job['job_id']} was submitted with --no-requeue; it cannot be requeued")
+            return err(
+                "conflict",
+                f"job {job['job_id']} may not be requeued: it was submitted with --no-requeue (or while "
+                "[controller] job_requeue was false)",
+            )
         if job["state"] not in FINISHED_STATES and job["state"] != RUNNING:
             return err(
                 "conflict", f"job {job['job_id']} is {job['state']}; only running or finished jobs can be requeued"
