@@ -269,6 +269,8 @@ class ControllerService:
         spec.setdefault("partition", "default")
         if not spec["partition"]:
             spec["partition"] = "default"
+        if not spec.get("cluster_name"):  # SLURM_CLUSTER_NAME in the job's environment
+            spec["cluster_name"] = self.read(lambda s: s.cluster_name)
         self._check_fit(spec)
         self._check_queue_options(spec)
         return spec

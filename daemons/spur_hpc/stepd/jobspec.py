@@ -115,7 +115,7 @@ def output_paths(job_id: int, spec: dict[str, Any], ident: Identity, node: str, 
 
 
 def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
-    """The submitter's environment plus the SLURM_* variables a batch script expects."""
+    """The submitter's environment plus the SLURM_* variables Slurm sets for a batch script."""
     spec = launch["spec"]
     job_id, attempt = int(launch["job_id"]), int(launch["attempt"])
     nodes = list(launch.get("nodes") or [launch["node"]])
@@ -128,58 +128,93 @@ def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
     env.setdefault("SHELL", ident.shell or "/bin/sh")
     tasks = max(1, int(spec.get("tasks") or 1))
     cpt = max(1, int(spec.get("cpus_per_task") or 1))
-    per_node_cpus = -(-tasks * cpt // max(1, len(nodes)))
+    per_node_cpus = model.per_node_cpus({"nodes": len(nodes), "tasks": tasks, "cpus_per_task": cpt})
+    cpus_here = len(os.sched_getaffinity(0)) if spec.get("exclusive") else per_node_cpus  # exclusive: the node
+    nodelist = model.compress_hostlist(nodes)
     slurm = {
         "SLURM_JOB_ID": str(job_id),
         "SLURM_JOBID": str(job_id),
         "SLURM_JOB_NAME": spec.get("name") or model.DEFAULT_JOB_NAME,
-        "SLURM_JOB_NODELIST": ",".join(nodes),
-        "SLURM_NODELIST": ",".join(nodes),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
         "SLURM_JOB_NUM_NODES": str(len(nodes)),
         "SLURM_NNODES": str(len(nodes)),
         "SLURM_NTASKS": str(tasks),
         "SLURM_NPROCS": str(tasks),
-        "SLURM_CPUS_PER_TASK": str(cpt),
-        "SLURM_CPUS_ON_NODE": str(per_node_cpus),
-        "SLURM_JOB_CPUS_PER_NODE": str(per_node_cpus),
+        "SLURM_CPUS_ON_NODE": str(cpus_here),
+        "SLURM_JOB_CPUS_PER_NODE": str(cpus_here),
         "SLURM_JOB_PARTITION": spec.get("partition") or "default",
         "SLURM_JOB_USER": ident.user,
         "SLURM_JOB_UID": str(ident.uid),
         "SLURM_JOB_GID": str(ident.gid),
         "SLURM_SUBMIT_DIR": env.get("SLURM_SUBMIT_DIR") or work_dir(spec, ident),
-        "SLURM_SUBMIT_HOST": env.get("SLURM_SUBMIT_HOST") or launch["node"],
+        "SLURM_SUBMIT_HOST": spec.get("submit_host") or env.get("SLURM_SUBMIT_HOST") or launch["node"],
         "SLURMD_NODENAME": launch["node"],
         "SLURM_NODEID": "0",
         "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0",
-        "SLURM_RESTART_COUNT": str(max(0, attempt - 1)),
+        "SLURM_RESTART_COUNT": str(launch_job_field(launch, "restart_count")),
         "SLURM_SPUR_ATTEMPT": str(attempt),
         "ENVIRONMENT": "BATCH",
     }
-    if spec.get("account"):
-        slurm["SLURM_JOB_ACCOUNT"] = spec["account"]
-    if int(spec.get("memory_mb") or 0):
-        slurm["SLURM_MEM_PER_NODE"] = str(int(spec["memory_mb"]))
-    if int(spec.get("time_limit_secs") or 0):
-        slurm["SLURM_JOB_TIME_LIMIT_SECS"] = str(int(spec["time_limit_secs"]))
+    optional = {
+        # Slurm sets SLURM_CPUS_PER_TASK only when -c was given; a spec keeps 1 for "not given".
+        "SLURM_CPUS_PER_TASK": str(cpt) if cpt > 1 else "",
+        "SLURM_NTASKS_PER_NODE": str(spec.get("ntasks_per_node") or ""),
+        "SLURM_MEM_PER_NODE": str(int(spec.get("memory_mb") or 0) or ""),
+        "SLURM_MEM_PER_CPU": str(int(spec.get("mem_per_cpu_mb") or 0) or ""),
+        "SLURM_CLUSTER_NAME": spec.get("cluster_name") or "",
+        "SLURM_JOB_ACCOUNT": spec.get("account") or "",
+        "SLURM_JOB_QOS": spec.get("qos") or "",
+        "SLURM_GPUS": spec.get("gpus") or "",
+        "SLURM_GPUS_PER_NODE": spec.get("gpus_per_node") or "",
+        "SLURM_GPUS_PER_TASK": spec.get("gpus_per_task") or "",
+        "SLURM_JOB_TIME_LIMIT_SECS": str(int(spec.get("time_limit_secs") or 0) or ""),
+    }
+    slurm.update({key: value for key, value in optional.items() if value})
+    slurm.update(array_environment(launch))
     env.update(slurm)
     return env
 
 
-def script_command(script: bytes) -> list[str]:
-    """argv that runs the script read from SCRIPT_FD: its own #! interpreter, else /bin/bash.
+def array_environment(launch: dict[str, Any]) -> dict[str, str]:
+    """SLURM_ARRAY_* for an array task (spec.array parsed as the controller parsed it), else nothing.
+    TASK_STEP is the stride of an evenly spaced array (0-20:4 gives 4), 1 otherwise, as Slurm."""
+    fields = array_fields(launch)
+    array = launch["spec"].get("array") or ""
+    if not fields["array_job_id"] or not array:
+        return {}
+    try:
+        ids, _limit = model.parse_array(array)
+    except model.InvalidValue:  # the controller checked it at submit; never fail a job over its variables
+        ids = [fields["array_task_id"]]
+    strides = {b - a for a, b in zip(ids, ids[1:], strict=False)}
+    return {
+        "SLURM_ARRAY_JOB_ID": str(fields["array_job_id"]),
+        "SLURM_ARRAY_TASK_ID": str(fields["array_task_id"]),
+        "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
+        "SLURM_ARRAY_TASK_MIN": str(ids[0]),
+        "SLURM_ARRAY_TASK_MAX": str(ids[-1]),
+        "SLURM_ARRAY_TASK_STEP": str(strides.pop() if len(strides) == 1 else 1),
+    }
+
+
+def script_command(script: bytes, argv: Any = ()) -> list[str]:
+    """argv that runs the script read from SCRIPT_FD: its own #! interpreter, else /bin/bash, then the
+    script's arguments (sbatch job.sh arg1 arg2: $1 $2 in the script).
 
     The interpreter line is split the way the kernel splits it (interpreter plus at most one argument),
     so the script behaves as if it had been executed directly.
     """
     script_path = f"/dev/fd/{SCRIPT_FD}"
+    args = [str(a) for a in argv]
     if script.startswith(b"#!"):
         line = script[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
         if line:
             interp, _, arg = line.partition(" ")
             arg = arg.strip()
-            return [interp, arg, script_path] if arg else [interp, script_path]
-    return ["/bin/bash", script_path]
+            return ([interp, arg, script_path] if arg else [interp, script_path]) + args
+    return ["/bin/bash", script_path] + args
 
 
 def job_umask(env: dict[str, str]) -> int:

@@ -138,7 +138,7 @@ class Supervisor:
         assert self.ident is not None
         spec = self.launch["spec"]
         env = jobspec.job_environment(self.launch, self.ident)
-        argv = jobspec.script_command(self.script)
+        argv = jobspec.script_command(self.script, self.launch["spec"].get("argv") or ())
         stdout, stderr = jobspec.output_paths(
             self.job_id, spec, self.ident, self.launch["node"], **jobspec.array_fields(self.launch)
         )
@@ -234,12 +234,15 @@ class Supervisor:
             os.chdir(work_dir)
             # Output is opened as the job's user, so a job cannot make root write where the user may not.
             step = f"open stdout {stdout}"
-            out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+            # --open-mode=append keeps what an earlier run (a requeue, a previous job) wrote; Slurm truncates
+            # by default.
+            keep = 0 if self.launch["spec"].get("open_mode") == "append" else os.O_TRUNC
+            out = os.open(stdout, os.O_WRONLY | os.O_CREAT | keep | os.O_APPEND, 0o666)
             if stderr == stdout:
                 err_fd = out
             else:
                 step = f"open stderr {stderr}"
-                err_fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+                err_fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | keep | os.O_APPEND, 0o666)
             os.dup2(out, 1, inheritable=True)
             os.dup2(err_fd, 2, inheritable=True)
             os.closerange(SCRIPT_FD + 1, err)
@@ -342,6 +345,7 @@ class Supervisor:
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         limit = int(self.launch["spec"].get("time_limit_secs") or 0)
         deadline = self._start_mono + limit if limit > 0 else None
+        warn_at = self._signal_time(deadline)  # --signal: its signal this long before the limit
         while self._reap() is None:
             now = time.monotonic()
             with self._cond:
@@ -352,6 +356,9 @@ class Supervisor:
                     self._cancel_reason = cancel_reason
             if cancel_reason and not self._terminating:
                 self._terminate(f"{cancel_reason}")
+            if warn_at is not None and now >= warn_at and not self._terminating:
+                self._send_limit_signal()
+                warn_at = None
             if deadline is not None and now >= deadline and not self._terminating:
                 self._timed_out = True
                 self._terminate(f"time limit of {limit} s reached")
@@ -369,11 +376,43 @@ class Supervisor:
             waits = [1.0]
             if deadline is not None and not self._terminating:
                 waits.append(deadline - now)
+            if warn_at is not None:
+                waits.append(warn_at - now)
             if self._kill_at is not None:
                 waits.append(self._kill_at - now)
             select.select([self._pidfd, self._wake_r], [], [], max(0.0, min(waits)))
             self._drain_wake()
         return self._finish()
+
+    def _signal_time(self, deadline: float | None) -> float | None:
+        """When --signal's signal is due (monotonic): signal_secs before the time limit, at once when the limit
+        is shorter than that; None without --signal or a limit."""
+        spec = self.launch["spec"]
+        if deadline is None or not spec.get("signal_number"):
+            return None
+        return max(self._start_mono, deadline - int(spec.get("signal_secs") or 0))
+
+    def _send_limit_signal(self) -> None:
+        """--signal=[B:]SIG@secs, as Slurm: with B: the batch shell alone, else every process of the job but the
+        batch shell (Slurm signals the job's steps, not the shell)."""
+        spec = self.launch["spec"]
+        sig = int(spec["signal_number"])
+        if spec.get("signal_batch_only"):
+            try:
+                os.kill(self.job_pid, sig)
+                count = 1
+            except ProcessLookupError:
+                count = 0
+        else:
+            count = self.tracker.signal(sig, exclude=self.job_pid)
+        log.info(
+            "job %d: %d s before its time limit: sent signal %d to %s (%d processes)",
+            self.job_id,
+            int(spec.get("signal_secs") or 0),
+            sig,
+            "the batch shell" if spec.get("signal_batch_only") else "the job's processes but the batch shell",
+            count,
+        )
 
     def _terminate(self, why: str) -> None:
         log.info(

@@ -55,10 +55,12 @@ class Tracker:
     def pids(self) -> list[int]:
         raise NotImplementedError
 
-    def signal(self, sig: int) -> int:
-        """Deliver sig to every process of the job; returns how many were signalled."""
+    def signal(self, sig: int, exclude: int = 0) -> int:
+        """Deliver sig to every process of the job (but pid `exclude`); returns how many were signalled."""
         count = 0
         for pid in self.pids():
+            if pid == exclude:
+                continue
             try:
                 os.kill(pid, sig)
                 count += 1
