@@ -171,3 +171,16 @@ def test_job_references_are_read_as_slurm_writes_them(text: str, expected: list)
 def test_a_bad_job_reference_is_refused_with_the_forms_to_use(text: str) -> None:
     with pytest.raises(CliError):
         jobhistory.parse_job_references([text])
+
+
+def test_sacct_reads_the_short_codes_of_out_of_memory_and_deadline_and_its_workflow_tools_options() -> None:
+    from spur_hpc.cli import options, sacct
+
+    values, _ = options.parse("sacct", sacct.OPTIONS, ["-a", "-s", "OOM,DL", "-j", "12_3,14.batch", "--name", "u1"])
+    query = sacct.build_query(values, T0)
+    assert query.states == ["OUT_OF_MEMORY", "DEADLINE"] and query.names == ["u1"] and query.job_ids == [12, 14]
+    snakemake = ["-X", "--parsable2", "--clusters", "all", "--noheader", "--format=JobIdRaw,State", "--starttime",
+                 "2026-12-01T00:00", "--endtime", "now", "--name", "u1"]  # fmt: skip
+    values, positionals = options.parse("sacct", sacct.OPTIONS, snakemake)
+    assert not positionals and values["allocations"] and values["clusters"] == "all" and values["noheader"]
+    assert acctview.parse_fields(values["format"])[0].key == "jobidraw"
