@@ -301,3 +301,14 @@ def test_records_of_the_state_machine_reach_sacct_with_their_array_tasks_and_ste
         stored = conn.execute("SELECT count(*) FROM spur_steps WHERE cluster_id = %s", (CLUSTER,)).fetchone()[0]
     assert stored == 2 + 3  # the steps job's batch and 0, a batch step per array task
     assert writer.recorded_job_ids_before([_job_copy(j) for j in s.jobs.values()], T0 + 100) == set(s.jobs)
+
+
+def test_an_update_of_a_pending_job_reaches_its_row(pg_database: Database) -> None:
+    writer = writer_for(pg_database)
+    writer.reconcile([job(50)])
+    renamed = job(50, spec={**job(50)["spec"], "name": "renamed", "time_limit_secs": 600}, spec_rev=1)
+    writer.reconcile([renamed])  # scontrol update: still PENDING, the same record version
+    (record,) = query(pg_database, job_ids=[50])
+    assert (record["spec"]["name"], record["spec"]["time_limit_secs"]) == ("renamed", 600)
+    writer_for(pg_database).reconcile([job(50)])  # a stale leader's older spec does not come back
+    assert query(pg_database, job_ids=[50])[0]["spec"]["name"] == "renamed"
