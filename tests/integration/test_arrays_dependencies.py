@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -223,3 +224,21 @@ def test_with_job_requeue_false_a_job_is_kept_from_requeue(make_cluster, tmp_pat
     assert c.stub().RequeueJob(slurm_pb2.RequeueJobRequest(job_id=allowed), timeout=10).restart_count == 1
     for j in (job, allowed):
         c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=j), timeout=10)
+
+
+def test_begin_time_deadline_and_nice_decide_when_and_in_which_order_jobs_start(one, tmp_path, work):
+    c = Client(one)
+    AgentProc(tmp_path / "agent", one.hosts, cpus=1).start()
+    blocker = c.submit("sleep 5\n", work)
+    c.wait(blocker, {"RUNNING"})
+    late = c.submit("true\n", work, nice=10)
+    early = c.submit("true\n", work)
+    expired = c.submit("true\n", work, deadline=time.time() + 2)
+    begin = c.submit("true\n", work, begin_time=time.time() + 3600)
+    assert c.job(begin).reason == "BeginTime"
+    ended = c.wait(expired, {"DEADLINE"})
+    assert ended.reason == "DeadLine"
+    c.wait(late, {"COMPLETED"})
+    assert c.job(early).start_time < c.job(late).start_time, "the lower nice started first"
+    assert c.state(begin) == "PENDING" and c.job(begin).reason == "BeginTime"
+    c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=begin), timeout=10)

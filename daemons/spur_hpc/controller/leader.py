@@ -251,7 +251,10 @@ class LeaderDuties:
         now_wall = self.service.clock()
         for job_id, state, reason in self.raft.read(lambda s: eligibility.pending_ends(s, now_wall)):
             log.info("job %s ends %s while pending: %s", job_id, state, reason)
-            self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
+            try:
+                self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
+            except (errors.Conflict, errors.NotFound) as exc:  # gone meanwhile; the plan below still runs
+                log.info("job %s not ended: %s", job_id, exc)
         plans = self.raft.read(lambda s: plan_starts(s, now_wall))
         now = time.monotonic()
         for job_id, nodes in plans:
