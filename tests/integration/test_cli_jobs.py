@@ -1,0 +1,134 @@
+"""The job commands a user types, against real controllers and a real agent: sbatch's option surface
+(holds, arrays, dependencies, script arguments, --test-only), squeue's array lines, scancel of tasks,
+scontrol release, update, requeue and show config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agents import AgentProc
+from harness import BIN, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+class Shell:
+    """The installed commands, as a user runs them: spur.conf names the controllers, cwd is the work dir."""
+
+    def __init__(self, cluster, work: Path) -> None:
+        self.work = work
+        self.env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+        self.env.pop("SPUR_CONTROLLER_ADDR", None)
+        for name in [n for n in self.env if n.startswith(("SBATCH_", "SLURM_"))]:
+            del self.env[name]
+
+    def __call__(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]], cwd=self.work, env=self.env, capture_output=True, text=True, timeout=60
+        )
+        if check:
+            assert result.returncode == 0, f"{' '.join(argv)} -> {result.returncode}: {result.stderr}"
+        return result
+
+    def submit(self, *argv: str) -> int:
+        return int(self("sbatch", "--parsable", *argv).stdout)
+
+    def field(self, job_id: int | str, key: str) -> str:
+        text = self("scontrol", "show", "job", str(job_id)).stdout
+        return text.split(f"{key}=", 1)[1].split()[0]
+
+    def ids(self, *argv: str) -> list[str]:
+        return self("squeue", "-h", "-o", "%i", *argv).stdout.split()
+
+
+@pytest.fixture
+def one(make_cluster):
+    return make_cluster(1)
+
+
+@pytest.fixture
+def shell(one, tmp_path: Path) -> Shell:
+    work = tmp_path / "work"
+    work.mkdir()
+    return Shell(one, work)
+
+
+@pytest.fixture
+def agent(one, tmp_path: Path) -> AgentProc:
+    return AgentProc(tmp_path / "agent", one.hosts, cpus=2).start()
+
+
+def test_a_held_job_does_not_start_until_released(agent, shell) -> None:
+    job_id = shell.submit("-H", "--wrap", "echo ran")
+    assert shell("squeue", "-h", "-j", str(job_id), "-o", "%t %R").stdout == "PD (JobHeldUser)\n"
+    shell("scontrol", "update", f"JobId={job_id}", "TimeLimit=10", "Name=renamed", "Nice=5")
+    assert (shell.field(job_id, "TimeLimit"), shell.field(job_id, "JobName"), shell.field(job_id, "Nice")) == (
+        "00:10:00", "renamed", "5"
+    )  # fmt: skip
+    assert shell.field(job_id, "JobState") == "PENDING"  # still held after the update
+    shell("scontrol", "release", str(job_id))
+    wait_until(lambda: shell.field(job_id, "JobState") == "COMPLETED", 30, "the released job to run")
+    assert (shell.work / f"slurm-{job_id}.out").read_text() == "ran\n"
+
+
+def test_script_arguments_and_directives_reach_the_job(agent, shell) -> None:
+    script = shell.work / "job.sh"
+    script.write_text('#!/bin/sh\n#SBATCH -J from-directive\n#SBATCH --open-mode=append\necho "$1|$2"\n')
+    (shell.work / "out.txt").write_text("before\n")
+    job_id = shell.submit("-o", "out.txt", str(script), "first arg", "-2")
+    wait_until(lambda: shell.field(job_id, "JobState") == "COMPLETED", 30, "the job to run")
+    assert shell.field(job_id, "JobName") == "from-directive"
+    assert (shell.work / "out.txt").read_text() == "before\nfirst arg|-2\n"
+
+
+def test_an_array_shows_its_pending_rest_and_its_tasks_and_cancels_by_task(agent, shell) -> None:
+    array = shell.submit("--array=0-5%1", "--wrap", "sleep 60")
+    wait_until(lambda: f"{array}_0" in shell.ids(), 30, "task 0 to start")
+    assert shell.ids() == [f"{array}_[1-5%1]", f"{array}_0"]
+    assert shell("squeue", "-h", "-j", str(array), "-o", "%i %r").stdout.splitlines()[0] == (
+        f"{array}_[1-5%1] JobArrayTaskLimit"
+    )
+    shell("scancel", f"{array}_[2-3]")
+    assert shell.ids("-r", "-t", "PD") == [f"{array}_1", f"{array}_4", f"{array}_5"]
+    assert shell("squeue", "-h", "-j", f"{array}_4", "-o", "%i %T").stdout == f"{array}_4 PENDING\n"
+    shell("scancel", str(array))
+    wait_until(lambda: not shell.ids(), 30, "the whole array to be cancelled")
+
+
+def test_a_dependency_waits_for_its_job(agent, shell) -> None:
+    first = shell.submit("-H", "--wrap", "true")
+    second = shell.submit(f"--dependency=afterok:{first}", "--wrap", "true")
+    assert shell("squeue", "-h", "-j", str(second), "-o", "%R %E").stdout == f"(Dependency) afterok:{first}\n"
+    shell("scontrol", "release", str(first))
+    wait_until(lambda: shell.field(second, "JobState") == "COMPLETED", 30, "the dependent job to run")
+
+
+def test_requeue_runs_a_job_again_and_counts_the_restart(agent, shell) -> None:
+    job_id = shell.submit("--wrap", "sleep 60")
+    wait_until(lambda: shell.field(job_id, "JobState") == "RUNNING", 30, "the job to start")
+    shell("scontrol", "requeuehold", str(job_id))
+    wait_until(lambda: shell.field(job_id, "Restarts") == "1", 30, "the restart to be counted")
+    wait_until(lambda: shell.field(job_id, "JobState") == "PENDING", 30, "the requeued job to be pending")
+    assert shell.field(job_id, "Reason") == "JobHeldUser"
+    shell("scancel", str(job_id))
+
+
+def test_test_only_names_the_node_and_submits_nothing(agent, shell) -> None:
+    result = shell("sbatch", "--test-only", "-n", "2", "--wrap", "true")
+    assert result.stdout == "" and f"using 2 processors on nodes {agent.name} in partition" in result.stderr
+    assert result.stderr.startswith("sbatch: Job ") and result.stderr.count("\n") == 1
+    assert shell.ids("-t", "all") == []
+
+
+def test_show_config_names_the_cluster_and_clusters_takes_it(one, agent, shell) -> None:
+    lines = shell("scontrol", "show", "config").stdout.splitlines()
+    keys = {k.strip(): v for k, _, v in (line.partition(" = ") for line in lines[1:])}
+    name = keys["ClusterName"]
+    assert name and keys["MaxArraySize"].isdigit() and keys["MinJobAge"].endswith(" sec")
+    assert shell("sbatch", "--parsable", "-M", name, "-H", "--wrap", "true").stdout.endswith(f";{name}\n")
+    refused = shell("sbatch", "-M", "elsewhere", "--wrap", "true", check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "no such cluster" in refused.stderr
