@@ -256,9 +256,22 @@ class AgentDaemon(Daemon):
                 continue
             self._handle_stale(reply.stale)
 
-    def _complete_request(self, session: Session) -> slurm_pb2.CompleteJobRequest:
+    def _complete_request(self, session: Session) -> tuple[str, Any]:
+        """(the RPC, its request) that reports a finished session: CompleteJob, or CompleteStep for a step."""
         result = session.result or {}
-        return slurm_pb2.CompleteJobRequest(
+        if session.step:
+            return "CompleteStep", slurm_pb2.CompleteStepRequest(
+                job_id=session.job_id,
+                attempt=session.attempt,
+                step_id=session.step,
+                node=self.node,
+                exit_code=int(result.get("exit_code", 0)),
+                signal=int(result.get("signal", 0)),
+                state=slurm_pb2.JobState.Value(str(result.get("state", "FAILED"))),
+                end_time=float(result.get("end_time") or time.time()),
+                reason=str(result.get("reason") or "")[:1000],
+            )
+        return "CompleteJob", slurm_pb2.CompleteJobRequest(
             job_id=session.job_id,
             attempt=session.attempt,
             node=self.node,
@@ -272,14 +285,14 @@ class AgentDaemon(Daemon):
     def _deliver(self, session: Session, deadline: float | None) -> bool:
         """CompleteJob until a leader records it (or deadline); then the session is collected."""
         assert self.client is not None and self.table is not None
-        request = self._complete_request(session)
+        method, request = self._complete_request(session)
         pause = 0.5
         while not self.stopping.is_set():
             call_deadline = time.monotonic() + REPORT_CALL_SECS
             if deadline is not None:
                 call_deadline = min(call_deadline, deadline)
             try:
-                reply = self.client.call("CompleteJob", request, call_deadline, self.stopping)
+                reply = self.client.call(method, request, call_deadline, self.stopping)
             except ControllerUnavailable as exc:
                 self.log.warning(
                     "job %d attempt %d: result not delivered yet: %s", session.job_id, session.attempt, exc

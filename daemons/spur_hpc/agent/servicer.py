@@ -113,9 +113,57 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
             )
         return slurm_pb2.LaunchJobReply(supervisor_pid=pid, already_running=already)
 
+    def LaunchStep(self, request, context):  # noqa: N802
+        self.authorize(context, "launch job steps")
+        job, step, options = request.job, request.step, request.request
+        label = f"step {job.job_id}.{step.step_id}"
+        if self.node not in step.nodes:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{label} runs on {', '.join(step.nodes)}, but this spurd is node {self.node}: the controllers have "
+                "this address for another node; check that node's [agent] advertise_addr",
+            )
+        record = {
+            "step_id": step.step_id,
+            "name": step.name,
+            "nodes": list(step.nodes),
+            "tasks": step.tasks,
+            "cpus_per_task": step.cpus_per_task,
+            "task_ids": list(request.task_ids),
+            "node_index": request.node_index,
+            "argv": list(options.argv),
+            "environment": dict(options.environment),
+            "work_dir": options.work_dir,
+            "io_address": options.io_address,
+            "io_token": options.io_token,
+            "stdout_path": options.stdout_path,
+            "stderr_path": options.stderr_path,
+            "kill_on_bad_exit": options.kill_on_bad_exit,
+        }
+        try:
+            pid, already = self.table.launch_step(
+                job.job_id, job.attempt, list(job.nodes), spec_to_dict(job.spec), record
+            )
+        except InvalidJob as exc:
+            log.warning("LaunchStep of %s refused: %s", label, exc)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except LaunchError as exc:
+            log.error("LaunchStep of %s failed: %s", label, exc)
+            code = grpc.StatusCode.UNAVAILABLE if exc.retryable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(exc))
+        log.info(
+            "%s attempt %d: tasks %s under supervisor pid %d%s",
+            label,
+            job.attempt,
+            list(request.task_ids),
+            pid,
+            " (already running)" if already else "",
+        )
+        return slurm_pb2.LaunchStepReply(supervisor_pid=pid, already_running=already)
+
     def SignalJob(self, request, context):  # noqa: N802
         self.authorize(context, "signal jobs")
-        session = self.table.find(request.job_id, request.attempt)
+        session = self.table.find(request.job_id, request.attempt, request.step_id)
         if session is None or session.state not in ("running",):
             log.info(
                 "SignalJob %d to job %d attempt %d: no such job running here",

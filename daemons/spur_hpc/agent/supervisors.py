@@ -37,7 +37,9 @@ from spur_hpc.stepd.session import (
     parse_session_name,
     pid_matches,
     remove_session,
+    session_name,
     write_launch,
+    write_step_launch,
 )
 from spur_hpc.stepd.supervisor import read_launch
 from spur_hpc.stepd.tracking import cgroup_of_record
@@ -71,10 +73,16 @@ class Session:
     launch_error: str = ""
     cancel_wanted: bool = False
     ready: threading.Event = field(default_factory=threading.Event)
+    step: str = ""  # "" for the batch script's supervisor; "0", "1", ... for an srun step's on this node
 
     @property
-    def key(self) -> tuple[int, int]:
-        return (self.job_id, self.attempt)
+    def key(self) -> tuple[int, int, str]:
+        return (self.job_id, self.attempt, self.step)
+
+    @property
+    def label(self) -> str:
+        """job N (attempt A), or step N.M (attempt A), for log lines."""
+        return f"step {self.job_id}.{self.step}" if self.step else f"job {self.job_id}"
 
     @property
     def socket_path(self) -> str:
@@ -124,21 +132,23 @@ class SupervisorTable:
         """(job_id, attempt, supervisor pid) of every attempt this node holds, finished-but-unreported included:
         its allocation is the controller's until the result is recorded."""
         with self.lock:
-            return sorted(
-                (s.job_id, s.attempt, s.supervisor_pid)
-                for s in self.sessions.values()
-                if s.report and s.state in ("running", "finished")
-            )
+            held = [s for s in self.sessions.values() if s.report and s.state in ("running", "finished")]
+        # A step's supervisor holds its job's attempt too (so a job that ended makes it stale), but the batch
+        # supervisor's pid is the one shown when both run here.
+        pairs: dict[tuple[int, int], int] = {}
+        for s in sorted(held, key=lambda s: (s.step != "", s.step)):
+            pairs.setdefault((s.job_id, s.attempt), s.supervisor_pid)
+        return sorted((j, a, p) for (j, a), p in pairs.items())
 
     def busy(self) -> bool:
         with self.lock:
             return bool(self.sessions) or self.launching > 0
 
-    def find(self, job_id: int, attempt: int = 0) -> Session | None:
+    def find(self, job_id: int, attempt: int = 0, step: str = "") -> Session | None:
         with self.lock:
             if attempt:
-                return self.sessions.get((job_id, attempt))
-            candidates = [s for s in self.sessions.values() if s.job_id == job_id and s.report]
+                return self.sessions.get((job_id, attempt, step))
+            candidates = [s for s in self.sessions.values() if s.job_id == job_id and s.step == step and s.report]
         return max(candidates, key=lambda s: s.attempt) if candidates else None
 
     # -------------------------------------------------------------- launching
@@ -156,7 +166,7 @@ class SupervisorTable:
 
         job_fields: the Job's array_job_id, array_task_id and restart_count for the launch record."""
         jobspec.check_launch(job_id, attempt, script, spec)  # raises InvalidJob: one line for the controller
-        key = (job_id, attempt)
+        key = (job_id, attempt, "")
         with self.lock:
             if self.stopping.is_set():
                 raise LaunchError("spurd is stopping; launch the job elsewhere or retry when it is back")
@@ -164,9 +174,10 @@ class SupervisorTable:
                 # This attempt already ran here and its result is recorded: a retried request must not rerun it.
                 return self.collected[key], True
             existing = self.sessions.get(key)
-            newer = [s for s in self.sessions.values() if s.job_id == job_id and s.attempt > attempt]
+            batch = [s for s in self.sessions.values() if s.job_id == job_id and not s.step]
+            newer = [s for s in batch if s.attempt > attempt]
             if existing is None and not newer:
-                older = [s for s in self.sessions.values() if s.job_id == job_id and s.attempt < attempt]
+                older = [s for s in batch if s.attempt < attempt]
                 session = Session(job_id, attempt, dir=SessionDir("", -1, job_id, attempt))
                 self.sessions[key] = session
                 self.launching += 1
@@ -210,6 +221,42 @@ class SupervisorTable:
         threading.Thread(target=self._watch, args=(session,), name=f"watch-{job_id}.{attempt}", daemon=True).start()
         return session.supervisor_pid, False
 
+    def launch_step(
+        self, job_id: int, attempt: int, nodes: list[str], spec: dict[str, Any], step: dict[str, Any]
+    ) -> tuple[int, bool]:
+        """Start the supervisor of this node's part of a job step; (supervisor pid, already_running).
+        Idempotent per (job, attempt, step): a retried LaunchStep answers with the first supervisor."""
+        jobspec.check_step_launch(job_id, attempt, spec, step)  # raises InvalidJob
+        step_id = str(step["step_id"])
+        key = (job_id, attempt, step_id)
+        with self.lock:
+            if self.stopping.is_set():
+                raise LaunchError("spurd is stopping; retry the step when it is back")
+            if key in self.collected:
+                return self.collected[key], True
+            existing = self.sessions.get(key)
+            if existing is None:
+                session = Session(job_id, attempt, dir=SessionDir("", -1, job_id, attempt, step_id), step=step_id)
+                self.sessions[key] = session
+                self.launching += 1
+        if existing is not None:
+            existing.ready.wait(self.launch_timeout + 5)
+            if existing.launch_error:
+                raise LaunchError(existing.launch_error)
+            return existing.supervisor_pid, True
+        try:
+            self._start(session, nodes, spec, "", step=step)
+        except BaseException as exc:
+            session.launch_error = str(exc)
+            raise
+        finally:
+            with self.lock:
+                self.launching -= 1
+            session.ready.set()
+        name = f"watch-{job_id}.{step_id}.{attempt}"
+        threading.Thread(target=self._watch, args=(session,), name=name, daemon=True).start()
+        return session.supervisor_pid, False
+
     def _start(
         self,
         session: Session,
@@ -217,20 +264,24 @@ class SupervisorTable:
         spec: dict[str, Any],
         script: str,
         job_fields: dict[str, int] | None = None,
+        step: dict[str, Any] | None = None,
     ) -> None:
-        name = f"{session.job_id}.{session.attempt}"
+        name = session_name(session.job_id, session.attempt, session.step)
         try:
-            session.dir = create_session(self.state_fd, self.state_path, session.job_id, session.attempt)
+            session.dir = create_session(self.state_fd, self.state_path, session.job_id, session.attempt, session.step)
         except FileExistsError:
             # Not in the table, so no supervisor of ours owns it: a leftover of a launch that never completed.
             log.warning("session %s/%s exists but belongs to no supervisor; replacing it", self.state_path, name)
             remove_session(self.state_fd, name)
-            session.dir = create_session(self.state_fd, self.state_path, session.job_id, session.attempt)
+            session.dir = create_session(self.state_fd, self.state_path, session.job_id, session.attempt, session.step)
         except (OSError, SessionError) as exc:
             self._forget(session)
             raise LaunchError(f"cannot create session {self.state_path}/{name}: {exc}") from None
         try:
-            write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields)
+            if step is not None:
+                write_step_launch(session.dir, self.node, nodes, spec, step)
+            else:
+                write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields)
             log_fd = session.dir.open_log()
         except OSError as exc:
             self._discard(session)
@@ -335,12 +386,20 @@ class SupervisorTable:
         return bool(reply.get("ok") and reply.get("delivered"))
 
     def cancel_stale(self, stale: list[tuple[int, int]]) -> None:
+        """The controller no longer runs these attempts: cancel their supervisors, the steps' included."""
         for job_id, attempt in stale:
-            session = self.find(job_id, attempt)
-            if session is None or session.state == "finished":
-                continue
-            log.warning("controller no longer runs job %d attempt %d: cancelling it", job_id, attempt)
-            self.signal(session, 0)
+            with self.lock:
+                sessions = [s for s in self.sessions.values() if (s.job_id, s.attempt) == (job_id, attempt)]
+            for session in sessions:
+                if session.state == "finished" or session.cancel_wanted:
+                    continue
+                log.warning(
+                    "controller no longer runs job %d attempt %d: cancelling its %s",
+                    job_id,
+                    attempt,
+                    f"step {session.step}" if session.step else "batch script",
+                )
+                self.signal(session, 0)
 
     # -------------------------------------------------------------- watching
 
@@ -475,7 +534,7 @@ class SupervisorTable:
     def reconcile(self) -> None:
         """Before spurd serves: re-adopt every live supervisor, pick up results of jobs that ended while spurd
         was down (queued for the reporter), and drop sessions of attempts a newer attempt replaced."""
-        by_job: dict[int, list[SessionDir]] = {}
+        by_job: dict[tuple[int, str], list[SessionDir]] = {}
         for name in list_session_names(self.state_fd):
             if parse_session_name(name) is None:
                 if not name.startswith("."):
@@ -489,7 +548,7 @@ class SupervisorTable:
             except OSError as exc:
                 log.error("cannot open session %s/%s: %s", self.state_path, name, exc)
                 continue
-            by_job.setdefault(sdir.job_id, []).append(sdir)
+            by_job.setdefault((sdir.job_id, sdir.step), []).append(sdir)
         for _job_id, dirs in sorted(by_job.items()):
             dirs.sort(key=lambda d: d.attempt)
             for old in dirs[:-1]:
@@ -504,7 +563,7 @@ class SupervisorTable:
             log.error("refusing session %s: %s; leaving it in place for inspection", sdir.path, exc)
             sdir.close()
             return
-        session = Session(sdir.job_id, sdir.attempt, sdir, state="running", report=report, adopted=True)
+        session = Session(sdir.job_id, sdir.attempt, sdir, state="running", report=report, adopted=True, step=sdir.step)
         session.ready.set()
         if not report:
             session.cancel_wanted = True

@@ -43,3 +43,15 @@ def sacct_main(argv: list[str] | None = None) -> int:
     from spur_hpc.cli import sacct
 
     return run(sacct.PROGRAM, sacct.main, argv)
+
+
+def srun_main(argv: list[str] | None = None) -> int:
+    from spur_hpc.cli import srun
+
+    return run(srun.PROGRAM, srun.main, argv)
+
+
+def salloc_main(argv: list[str] | None = None) -> int:
+    from spur_hpc.cli import salloc
+
+    return run(salloc.PROGRAM, salloc.main, argv)

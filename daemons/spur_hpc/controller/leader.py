@@ -20,6 +20,7 @@ from spur_hpc import auth, grpcutil
 from spur_hpc.controller import eligibility, errors
 from spur_hpc.controller.scheduler import plan_starts
 from spur_hpc.controller.service import ControllerService
+from spur_hpc.controller.steplaunch import StepLauncher
 from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 
@@ -94,6 +95,7 @@ class LeaderDuties:
         self.thread = threading.Thread(target=self._loop, name="leader-duties", daemon=True)
         service.on_heartbeat = self.heartbeat_seen
         service.node_alive = self.node_alive
+        self.steps = StepLauncher(self)  # srun's steps and salloc's allocations (controller/steplaunch.py)
 
     def start(self) -> None:
         self.thread.start()
@@ -118,7 +120,10 @@ class LeaderDuties:
             lambda s: [
                 (j["job_id"], j["attempt"])
                 for j in s.jobs.values()
-                if j["state"] == RUNNING and j["nodes"] and j["nodes"][0] == name
+                if j["state"] == RUNNING
+                and j["nodes"]
+                and j["nodes"][0] == name
+                and not j["spec"].get("interactive")  # an allocation without a batch step: nothing to hold
             ]
         )
         with self.last_seen_lock:
@@ -287,6 +292,9 @@ class LeaderDuties:
             job = self.service.get_job(job_id)
             if job["state"] != RUNNING or job["attempt"] != attempt:
                 return
+            if job["spec"].get("interactive"):
+                log.info("job %s attempt %s: an interactive allocation (no batch step to launch)", job_id, attempt)
+                return
             head = job["nodes"][0]
             address = self.raft.read(lambda s: s.nodes[head]["address"])
             request = slurm_pb2.LaunchJobRequest(job=self.job_to_pb(job))
@@ -390,14 +398,19 @@ class LeaderDuties:
                     j["cancel_requested"],
                     j["start_time"],
                     j["spec"].get("time_limit_secs") or 0,
+                    bool(j["spec"].get("interactive")),
                 )
                 for j in s.jobs.values()
                 if j["state"] == RUNNING
             ]
         )
-        for job_id, attempt, nodes, cancel, started, limit in running:
+        for job_id, attempt, nodes, cancel, started, limit, interactive in running:
             key = (job_id, attempt)
             if (job_id, attempt) in self.launching:
+                continue
+            if interactive:  # no supervisor ends it: the leader does (controller/steplaunch.py)
+                if cancel or (limit and now_wall - started > limit):
+                    self.steps.follow_up_interactive(job_id, attempt, cancel, not cancel)
                 continue
             over_limit = limit and now_wall - started > limit + TIME_LIMIT_GRACE_SECS
             if not (cancel or over_limit):
@@ -406,6 +419,7 @@ class LeaderDuties:
                 continue
             self.signalled[key] = now
             self.pool.submit(self.signal_job, job_id, attempt, nodes, 0)
+            self.pool.submit(self.steps.cancel_steps, job_id)
             if over_limit and not cancel:
                 log.warning("job %s ran past its time limit and its supervisor did not stop it: TIMEOUT", job_id)
                 self.service.write(

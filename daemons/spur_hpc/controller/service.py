@@ -559,6 +559,8 @@ def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     out = dict(job)
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
+    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
+        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}
     return out
 
 

@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from spur_hpc.controller import placement, wal
+from spur_hpc.controller.steps import StepOps
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
 from spur_hpc.model import (
@@ -65,7 +66,7 @@ def submission_key(uid: int, key: str) -> str:
     return f"{uid}\x00{key}"
 
 
-class ClusterState:
+class ClusterState(StepOps):
     def __init__(self) -> None:
         self.format = STATE_FORMAT
         self.cluster_name = ""
@@ -406,6 +407,7 @@ class ClusterState:
             start_time=float(r["time"]),
             alloc=placement.hold(self, job, names),
         )
+        self._steps_job_started(job)
         return ok(job_id=job["job_id"], attempt=job["attempt"])
 
     def _release(self, job: dict[str, Any]) -> None:
@@ -414,6 +416,7 @@ class ClusterState:
     def _finish(self, job: dict[str, Any], state: str, when: float, exit_code: int, signal: int, reason: str) -> None:
         self._release(job)
         job.update(state=state, end_time=when, exit_code=exit_code, signal=signal, reason=reason or NO_REASON)
+        self._steps_job_finished(job)
 
     def _op_job_requeue(self, r: dict[str, Any]) -> dict[str, Any]:
         job = self.jobs.get(int(r["job_id"]))
@@ -580,6 +583,7 @@ class ClusterState:
     def _requeue(self, job: dict[str, Any], when: float, hold: bool) -> None:
         """A job that started (or ended) goes back to PENDING for another run; see REQUEUE_DELAY_SECS."""
         self._release(job)
+        self._steps_job_requeued(job, when)
         job.update(
             state=PENDING,
             nodes=[],

@@ -33,6 +33,9 @@ OP_LEVELS: dict[str, int] = {
     # level 2: holding a pending job back from the scheduler (scontrol hold / release)
     "job_hold": 2,
     "job_release": 2,
+    # level 3: job steps (srun inside an allocation; docs/controller.md "Steps")
+    "step_create": 3,
+    "step_end": 3,
     # level 3: arrays, dependencies, requeue and update (a level-2 member would apply them as something else,
     # or not at all). At level 3 the state machine also reads a job_submit's array, dependency, hold and begin
     # time, and puts a requeue-able job that a node failure ends back in the queue.

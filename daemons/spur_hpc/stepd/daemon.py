@@ -19,6 +19,7 @@ from spur_hpc.stepd.jobspec import InvalidJob
 from spur_hpc.stepd.protocol import ControlServer
 from spur_hpc.stepd.session import SOCKET_FILE, SessionDir, SessionError, open_session_path
 from spur_hpc.stepd.supervisor import DEFAULT_KILL_WAIT_SECS, Supervisor
+from spur_hpc.stepd.tasks import StepSupervisor
 from spur_hpc.stepd.tracking import become_subreaper
 
 
@@ -71,7 +72,8 @@ class SupervisorDaemon(Daemon):
         become_subreaper()
         try:
             self.session = open_session_path(args.session)
-            self.supervisor = Supervisor(self.session, self.stopping, args.kill_wait, not args.no_cgroup)
+            kind = StepSupervisor if self.session.step else Supervisor  # <job>.<attempt>.<step>: an srun step
+            self.supervisor = kind(self.session, self.stopping, args.kill_wait, not args.no_cgroup)
             self.supervisor.prepare()
         except (SessionError, InvalidJob, OSError) as exc:
             self.log.error("refusing session %s: %s", args.session, exc)

@@ -94,6 +94,47 @@ def check_launch(job_id: int, attempt: int, script: str, spec: dict[str, Any]) -
     return resolve_identity(spec)
 
 
+# The fields of a step launch record's "step" (spurd writes it from LaunchStep): name -> type.
+STEP_FIELDS = {
+    "step_id": str,
+    "name": str,
+    "nodes": list,
+    "tasks": int,
+    "cpus_per_task": int,
+    "task_ids": list,
+    "node_index": int,
+    "argv": list,
+    "environment": dict,
+    "work_dir": str,
+    "io_address": str,
+    "io_token": str,
+    "stdout_path": str,
+    "stderr_path": str,
+    "kill_on_bad_exit": bool,
+}
+MAX_TASKS_PER_NODE = 4096
+
+
+def check_step_launch(job_id: int, attempt: int, spec: dict[str, Any], step: dict[str, Any]) -> Identity:
+    """Every rule a step launch must satisfy before its supervisor starts; raises InvalidJob."""
+    if job_id <= 0 or attempt < 0:
+        raise InvalidJob(f"step of job {job_id} attempt {attempt}: not a job id and attempt")
+    for key, kind in STEP_FIELDS.items():
+        if not isinstance(step.get(key), kind):
+            raise InvalidJob(f"step.{key}: missing or not a {kind.__name__}")
+    if not step["step_id"].isdigit():
+        raise InvalidJob(f"step.step_id {step['step_id']!r} is not a step number")
+    ids = step["task_ids"]
+    if not ids or len(ids) > MAX_TASKS_PER_NODE or not all(isinstance(t, int) and t >= 0 for t in ids):
+        raise InvalidJob(f"step {job_id}.{step['step_id']}: task_ids must be 1 to {MAX_TASKS_PER_NODE} task numbers")
+    if not step["argv"] or not all(isinstance(a, str) for a in step["argv"]) or not step["argv"][0]:
+        raise InvalidJob(f"step {job_id}.{step['step_id']}: no command to run")
+    if not os.path.isabs(step["work_dir"]):
+        raise InvalidJob(f"step {job_id}.{step['step_id']}: work_dir {step['work_dir']!r} is not absolute")
+    check_spec_types(spec)
+    return resolve_identity(spec)
+
+
 def work_dir(spec: dict[str, Any], ident: Identity) -> str:
     return spec.get("work_dir") or ident.home or "/tmp"
 

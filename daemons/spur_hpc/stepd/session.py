@@ -6,9 +6,13 @@ refused instead of followed, and every record is written to a temporary file, fs
 place, so a crash never leaves half a record behind. Records carry a sha256 of their body: a truncated
 or edited record is refused with a message that names the file and what is wrong with it.
 
-Layout of <state_dir>/<job_id>.<attempt>/:
+A job step's supervisor (srun's step N.M on this node) has a session of its own,
+<state_dir>/<job_id>.<attempt>.<step_id>: the batch session's name is unchanged, so a spurd that meets
+sessions written before steps existed reads them as before.
+
+Layout of <state_dir>/<job_id>.<attempt>[.<step_id>]/:
   launch.json      what to run (written by spurd before it starts the supervisor)
-  script           the batch script (written by spurd)
+  script           the batch script (written by spurd; empty for a step, whose launch record names its command)
   supervisor.json  supervisor pid, its start time, the job pid, how the job's processes are tracked
   result.json      how the job ended (written by spurstepd, deleted with the session once reported)
   stepd.sock       the supervisor's unix socket (status, wait, signal, release)
@@ -31,7 +35,7 @@ from typing import Any
 log = logging.getLogger("spur.session")
 
 RECORD_FORMAT = 1
-SESSION_NAME = re.compile(r"^(\d{1,18})\.(\d{1,9})$")
+SESSION_NAME = re.compile(r"^(\d{1,18})\.(\d{1,9})(?:\.(\d{1,9}))?$")
 LAUNCH_FILE = "launch.json"
 SCRIPT_FILE = "script"
 SUPERVISOR_FILE = "supervisor.json"
@@ -46,13 +50,20 @@ class SessionError(Exception):
     """A session directory or record that is unsafe or unreadable; the message names it and why."""
 
 
-def session_name(job_id: int, attempt: int) -> str:
-    return f"{job_id}.{attempt}"
+def session_name(job_id: int, attempt: int, step: str = "") -> str:
+    return f"{job_id}.{attempt}.{step}" if step else f"{job_id}.{attempt}"
 
 
 def parse_session_name(name: str) -> tuple[int, int] | None:
+    """(job_id, attempt) of a batch or step session's name; None when it is not one."""
     match = SESSION_NAME.match(name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def session_step(name: str) -> str:
+    """The step id of a step session's name ("" for a batch session)."""
+    match = SESSION_NAME.match(name)
+    return (match.group(3) or "") if match else ""
 
 
 def _check_owner_mode(what: str, st: os.stat_result, want_type: str) -> None:
@@ -131,10 +142,11 @@ class SessionDir:
     fd: int
     job_id: int
     attempt: int
+    step: str = ""  # "" for the batch session; "0", "1", ... for a step's
 
     @property
     def name(self) -> str:
-        return session_name(self.job_id, self.attempt)
+        return session_name(self.job_id, self.attempt, self.step)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -224,7 +236,7 @@ def _verify_entry(state_fd: int, state_path: str, name: str) -> tuple[int, int, 
     ids = parse_session_name(name)
     what = f"session {state_path}/{name}"
     if ids is None:
-        raise SessionError(f"{what}: not a session name (expected <job_id>.<attempt>)")
+        raise SessionError(f"{what}: not a session name (expected <job_id>.<attempt>[.<step_id>])")
     st = os.stat(name, dir_fd=state_fd, follow_symlinks=False)
     _check_owner_mode(what, st, "dir")
     return ids[0], ids[1], st
@@ -243,7 +255,7 @@ def open_session(state_fd: int, state_path: str, name: str) -> SessionDir:
     if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
         os.close(fd)
         raise SessionError(f"session {state_path}/{name} changed under us; refusing it")
-    return SessionDir(path=f"{state_path}/{name}", fd=fd, job_id=job_id, attempt=attempt)
+    return SessionDir(path=f"{state_path}/{name}", fd=fd, job_id=job_id, attempt=attempt, step=session_step(name))
 
 
 def open_session_path(path: str) -> SessionDir:
@@ -256,8 +268,8 @@ def open_session_path(path: str) -> SessionDir:
         os.close(state_fd)
 
 
-def create_session(state_fd: int, state_path: str, job_id: int, attempt: int) -> SessionDir:
-    name = session_name(job_id, attempt)
+def create_session(state_fd: int, state_path: str, job_id: int, attempt: int, step: str = "") -> SessionDir:
+    name = session_name(job_id, attempt, step)
     os.mkdir(name, 0o700, dir_fd=state_fd)
     os.fsync(state_fd)
     return open_session(state_fd, state_path, name)
@@ -330,5 +342,23 @@ def write_launch(
         "spec": spec,
         "script_sha256": hashlib.sha256(script).hexdigest(),
         **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
+    }
+    session.write_record(LAUNCH_FILE, "launch", body)
+
+
+def write_step_launch(
+    session: SessionDir, node: str, nodes: list[str], spec: dict[str, Any], step: dict[str, Any]
+) -> None:
+    """A step session's launch record: the allocation's spec and nodes, and in "step" this node's part of the
+    step (its task ids, the command, the I/O address and token); its script file is empty."""
+    session.write_bytes(SCRIPT_FILE, b"")
+    body = {
+        "job_id": session.job_id,
+        "attempt": session.attempt,
+        "node": node,
+        "nodes": list(nodes) or [node],
+        "spec": spec,
+        "script_sha256": hashlib.sha256(b"").hexdigest(),
+        "step": step,
     }
     session.write_record(LAUNCH_FILE, "launch", body)

@@ -120,7 +120,9 @@ class Supervisor:
             return ProcessTreeTracker()
         try:
             state_dir = os.path.dirname(self.session.path)
-            tracker = CgroupTracker.create(mount, self.launch["node"], state_dir, self.job_id, self.attempt)
+            tracker = CgroupTracker.create(
+                mount, self.launch["node"], state_dir, self.job_id, self.attempt, self.session.step
+            )
         except OSError as exc:
             log.info(
                 "job %d: cannot create a cgroup under %s (%s); tracking the job by its process tree",

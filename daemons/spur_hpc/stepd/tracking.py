@@ -111,11 +111,12 @@ class CgroupTracker(Tracker):
         self.path = path
 
     @classmethod
-    def create(cls, mount: str, node: str, state_dir: str, job_id: int, attempt: int) -> CgroupTracker:
-        """mkdir <agent_cgroup_dir>/job_<id>_<attempt>; raises OSError when the host does not allow it."""
+    def create(cls, mount: str, node: str, state_dir: str, job_id: int, attempt: int, step: str = "") -> CgroupTracker:
+        """mkdir <agent_cgroup_dir>/job_<id>_<attempt>[_step_<step>]; raises OSError when the host does not
+        allow it. A step's supervisor has a cgroup of its own beside its job's batch script's."""
         parent = agent_cgroup_dir(mount, node, state_dir)
         os.makedirs(parent, exist_ok=True)
-        path = os.path.join(parent, f"job_{job_id}_{attempt}")
+        path = os.path.join(parent, f"job_{job_id}_{attempt}" + (f"_step_{step}" if step else ""))
         tracker = cls(path)
         try:
             os.mkdir(path)

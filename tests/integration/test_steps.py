@@ -1,0 +1,99 @@
+"""Job steps end to end: real controllers, two real spurd on 127.0.1.x, real spurstepd per step and node,
+and the commands a user types (sbatch, srun, salloc, squeue -s, scancel N.M, scontrol show step)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agents import AgentProc
+from harness import BIN, ControllerCluster, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+class Shell:
+    """The installed commands as a user runs them: spur.conf names the controllers, cwd is the work dir."""
+
+    def __init__(self, cluster: ControllerCluster, work: Path) -> None:
+        self.work = work
+        self.env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+        for name in [k for k in self.env if k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))]:
+            del self.env[name]
+        self.env.pop("SPUR_CONTROLLER_ADDR", None)
+        # Jobs find Spur's srun first (this machine may have Slurm's own commands too).
+        self.env["PATH"] = f"{BIN}:{self.env.get('PATH', '/usr/bin:/bin')}"
+
+    def __call__(self, *argv: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]], cwd=self.work, env=self.env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+        if check:
+            assert result.returncode == 0, f"{' '.join(argv)} -> {result.returncode}: {result.stderr}"
+        return result
+
+    def popen(self, *argv: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [str(BIN / argv[0]), *argv[1:]], cwd=self.work, env=self.env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def shell(cluster: ControllerCluster, tmp_path: Path) -> Shell:
+    work = tmp_path / "work"
+    work.mkdir()
+    return Shell(cluster, work)
+
+
+@pytest.fixture
+def agents(cluster: ControllerCluster, tmp_path: Path) -> list[AgentProc]:
+    first = AgentProc(tmp_path / "agent1", cluster.hosts, name="sn1").start()
+    second = AgentProc(tmp_path / "agent2", cluster.hosts, name="sn2").start()
+    return [first, second]
+
+
+def job_field(shell: Shell, job_id: int, field: str) -> str:
+    text = shell("scontrol", "show", "job", str(job_id)).stdout
+    return text.split(f"{field}=", 1)[1].split()[0]
+
+
+def submit(shell: Shell, *options: str, script: str) -> int:
+    path = shell.work / f"job{time.monotonic_ns()}.sh"
+    path.write_text(script)
+    return int(shell("sbatch", "--parsable", *options, str(path)).stdout.split(";")[0])
+
+
+def wait_state(shell: Shell, job_id: int, states: tuple[str, ...], timeout: float = 60) -> str:
+    return wait_until(
+        lambda: (s := job_field(shell, job_id, "JobState")) in states and s, timeout, f"job {job_id} to be {states}"
+    )
+
+
+def test_srun_inside_sbatch_runs_four_tasks_over_two_nodes_and_exits_with_the_worst_task(agents, shell) -> None:
+    job_id = submit(
+        shell,
+        "-N",
+        "2",
+        "-n",
+        "4",
+        script="#!/bin/sh\n"
+        "srun --label sh -c 'echo task $SLURM_PROCID of $SLURM_STEP_NUM_TASKS on $SLURMD_NODENAME "
+        "node $SLURM_NODEID local $SLURM_LOCALID step $SLURM_STEP_ID; exit $SLURM_PROCID'\n"
+        'echo "srun exit $?"\n',
+    )
+    wait_state(shell, job_id, ("COMPLETED", "FAILED"))
+    output = (shell.work / f"slurm-{job_id}.out").read_text().splitlines()
+    tasks = sorted(line for line in output if line[:1].isdigit())
+    assert tasks == [
+        "0: task 0 of 4 on sn1 node 0 local 0 step 0",
+        "1: task 1 of 4 on sn1 node 0 local 1 step 0",
+        "2: task 2 of 4 on sn2 node 1 local 0 step 0",
+        "3: task 3 of 4 on sn2 node 1 local 1 step 0",
+    ], output
+    assert "srun exit 3" in output
