@@ -184,3 +184,16 @@ def test_sacct_reads_the_short_codes_of_out_of_memory_and_deadline_and_its_workf
     values, positionals = options.parse("sacct", sacct.OPTIONS, snakemake)
     assert not positionals and values["allocations"] and values["clusters"] == "all" and values["noheader"]
     assert acctview.parse_fields(values["format"])[0].key == "jobidraw"
+
+
+def test_derived_fields_and_usage_spur_does_not_measure() -> None:
+    fields = "JobID,CPUTimeRAW,DerivedExitCode,AllocTRES,ReqTRES,MaxRSS,TotalCPU,Suspended"
+    assert sacct([steps_job()], fields) == [
+        "20|120|2:0|billing=2,cpu=2,node=2|billing=2,cpu=2,node=2|||00:00:00",
+        "20.batch|120||cpu=2,node=1|cpu=2,node=1|||00:00:00",
+        "20.0|40||cpu=4,node=2|cpu=4,node=2|||00:00:00",
+        "20.1|1||cpu=1,node=1|cpu=1,node=1|||00:00:00",
+    ]
+    assert sacct([job(50, pb.PENDING, memory_mb=1000)], "AllocTRES,ReqTRES", allocations=True) == [
+        "|billing=2,cpu=2,mem=1000M,node=1"
+    ]

@@ -82,6 +82,10 @@ def _times(step_field: str, job_field: str):
     )
 
 
+# Usage Spur does not measure (Slurm's accounting gather in slurmstepd): known to --format, printed empty.
+UNMEASURED_FIELDS = ("MaxRSS", "MaxVMSize", "AveRSS", "AveVMSize", "AveCPU", "MinCPU", "TotalCPU", "UserCPU",
+                     "SystemCPU", "MaxDiskRead", "MaxDiskWrite", "ConsumedEnergy")  # fmt: skip
+
 # lower-case name -> (title, width, right-justified, value)
 FIELDS: dict[str, tuple[str, int, bool, Callable[[Line, float], str]]] = {
     "jobid": ("JobID", 12, False, lambda ln, now: job_label(ln.job) + (f".{ln.step.step_id}" if ln.step else "")),
@@ -158,7 +162,53 @@ FIELDS: dict[str, tuple[str, int, bool, Callable[[Line, float], str]]] = {
     "restarts": ("Restarts", 8, True, _job_only(lambda j, now: str(j.restart_count))),
     "stdout": ("StdOut", 20, False, _job_only(lambda j, now: jobview.stdout_path(j))),
     "stderr": ("StdErr", 20, False, _job_only(lambda j, now: jobview.stderr_path(j))),
+    "group": ("Group", 9, True, _job_only(lambda j, now: _group_name(j.spec.gid))),
+    "cputime": ("CPUTime", 10, True, lambda ln, now: units.format_clock(_cpu_seconds(ln, now))),
+    "cputimeraw": ("CPUTimeRAW", 10, True, lambda ln, now: str(int(_cpu_seconds(ln, now)))),
+    "derivedexitcode": ("DerivedExitCode", 15, True, _job_only(lambda j, now: _derived_exit_code(j))),
+    "alloctres": ("AllocTRES", 10, False, lambda ln, now: _tres(ln) if _started(ln) else ""),
+    "reqtres": ("ReqTRES", 10, False, lambda ln, now: _tres(ln)),
+    "suspended": ("Suspended", 10, True, lambda ln, now: "00:00:00"),
+    **{name.lower(): (name, 10, True, lambda ln, now: "") for name in UNMEASURED_FIELDS},
 }
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except (KeyError, OverflowError):
+        return str(gid)
+
+
+def _started(line: Line) -> bool:
+    return bool(line.step.start_time if line.step is not None else line.job.start_time)
+
+
+def _alloc_cpus(line: Line) -> int:
+    return _cpus(line.step) if line.step is not None else jobview.cpu_count(line.job)
+
+
+def _cpu_seconds(line: Line, now: float) -> float:
+    return _elapsed(line, now) * _alloc_cpus(line) if _started(line) else 0.0
+
+
+def _derived_exit_code(job: Any) -> str:
+    """The largest exit code of the job's steps (and the signal with it), as Slurm derives it."""
+    worst = max(((s.exit_code, s.signal) for s in getattr(job, "steps", None) or []), default=(0, 0))
+    return f"{worst[0]}:{worst[1]}"
+
+
+def _tres(line: Line) -> str:
+    job = line.job
+    cpus = _alloc_cpus(line)
+    nodes = len(line.step.nodes) if line.step is not None else jobview.node_count(job)
+    parts = [f"cpu={cpus}"] if line.step is not None else [f"billing={cpus}", f"cpu={cpus}"]
+    if job.spec.memory_mb:
+        parts.append(f"mem={job.spec.memory_mb * nodes}M")
+    parts.append(f"node={nodes}")
+    return ",".join(parts)
 
 
 class FieldSpec:
