@@ -190,3 +190,27 @@ def test_begin_reads_slurms_time_forms(text, expected) -> None:
 def test_begin_refuses_what_slurm_does_not_read(text) -> None:
     with pytest.raises(CliError, match="invalid --begin value"):
         units.parse_begin_time(text, "--begin", now=NOW)
+
+
+def test_nodes_may_come_from_a_file_as_slurm_reads_them(tmp_path) -> None:
+    listing = tmp_path / "nodes"
+    listing.write_text("n1 n2\nn3,n1\n")
+    assert parse(["-F", str(listing)])[0].spec_fields() == {"nodelist": "n1,n2,n3"}
+    assert parse([f"--nodelist={listing}"])[0].spec_fields() == {"nodelist": "n1,n2,n3"}  # a '/': a file
+    options, _ = parse(["-x", str(tmp_path / "missing")])
+    with pytest.raises(CliError, match="cannot read the node file"):
+        options.spec_fields()
+
+
+def test_every_option_of_slurms_three_commands_is_in_the_table() -> None:
+    """The long options of Slurm 22.05's man pages and of newer releases (a sample): none is unknown."""
+    newer = ["oom-kill-step", "tres-per-task", "container-id", "extra", "segment"]
+    for program, names in {
+        "sbatch": ["acctg-freq", "batch", "bbf", "export-file", "ignore-pbs", "kill-on-invalid-dep", "nodefile",
+                   "parsable", "test-only", "wait-all-nodes", "wrap", "stepmgr", *newer],
+        "srun": ["bcast", "cpu-bind", "het-group", "jobid", "label", "multi-prog", "pty", "relative", "unbuffered",
+                 "x11", "kill-on-bad-exit", "mpi", "overlap", "exact", *newer],
+        "salloc": ["bell", "no-bell", "no-shell", "kill-command", "immediate", "x11", "stepmgr", *newer],
+    }.items():  # fmt: skip
+        known = {entry.long for entry in jobopts.entries_for(program)}
+        assert not [n for n in names if n not in known], program

@@ -180,11 +180,16 @@ def _flag(field: str, value: Any = True) -> Converter:
     return lambda _value, _label: {field: value}
 
 
-def _hostlist(field: str) -> Converter:
+MAX_NODE_FILE_BYTES = 1 << 20  # a node file: far above a list of every node of any cluster
+
+
+def _hostlist(field: str, from_file: bool = False) -> Converter:
+    """A hostlist expression, or (as Slurm reads -w/-x/-F) the name of a file of node names when it has a '/'."""
+
     def convert(value: Any, label: str) -> dict[str, Any]:
         text = one_line_text(str(value), label)
-        if "/" in text:
-            raise CliError(f"{label} '{text}': node names from a file are not supported; list the names, like n[1-4]")
+        if from_file or "/" in text:
+            text = _node_file(text, label)
         try:
             expand_hostlist(text)
         except InvalidValue as exc:
@@ -192,6 +197,20 @@ def _hostlist(field: str) -> Converter:
         return {field: text}
 
     return convert
+
+
+def _node_file(path: str, label: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_NODE_FILE_BYTES + 1)
+    except OSError as exc:
+        raise CliError(f"{label} {path}: cannot read the node file: {exc.strerror}") from None
+    if len(data) > MAX_NODE_FILE_BYTES:
+        raise CliError(f"{label} {path}: the node file is larger than {MAX_NODE_FILE_BYTES} bytes")
+    names = data.decode("utf-8", "replace").replace(",", " ").split()
+    if not names:
+        raise CliError(f"{label} {path}: the node file names no nodes")
+    return ",".join(dict.fromkeys(names))
 
 
 def _choice(field: str, choices: tuple[str, ...]) -> Converter:
@@ -398,6 +417,8 @@ OPTIONS: list[JobOption] = [
        const=1, env=("SBATCH_REQUEUE",)),
     _o("nodelist", "w", "HOSTLIST", "BRA", HONOURED, "nodes the job must have", field="nodelist",
        convert=_hostlist("nodelist")),
+    _o("nodefile", "F", "FILE", "BRA", HONOURED, "nodes the job must have, read from a file (names separated by "
+       "spaces, commas or lines)", field="nodelist", convert=_hostlist("nodelist", from_file=True)),
     _o("nodes", "N", "N[-MAX]", "BRA", HONOURED, "number of nodes (default 1; a range: its minimum)", field="nodes",
        convert=_range_minimum("nodes"), env=("SLURM_NNODES", "SLURM_JOB_NUM_NODES")),
     _o("ntasks", "n", "N", "BRA", HONOURED, "number of tasks (default 1)", field="tasks",
@@ -515,6 +536,7 @@ OPTIONS: list[JobOption] = [
     _o("bb", "", "SPEC", "BRA", REFUSED, "burst buffer", reason=_NO_BB,
        env=("SALLOC_BURST_BUFFER", "SLURM_BURST_BUFFER")),
     _o("bbf", "", "FILE", "BRA", REFUSED, "burst buffer specification file", reason=_NO_BB),
+    _o("container-id", "", "ID", "BRA", REFUSED, "an OCI container id", reason="Spur runs no containers"),
     _o("container", "", "PATH", "BRA", REFUSED, "run in an OCI container",
        reason="Spur runs no containers; run the container runtime in the script",
        env=("SBATCH_CONTAINER", "SALLOC_CONTAINER", "SRUN_CONTAINER")),
