@@ -28,22 +28,8 @@ from spur_hpc.accounting import (
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors
 from spur_hpc.controller.service import ControllerService
+from spur_hpc.controller.steps import public_step
 from spur_hpc.model import FINISHED_STATES
-
-# The step record's fields accounting stores (the steps contract: job["steps"][step_id]).
-STEP_FIELDS = (
-    "step_id",
-    "name",
-    "state",
-    "nodes",
-    "tasks",
-    "cpus_per_task",
-    "exit_code",
-    "signal",
-    "start_time",
-    "end_time",
-    "attempt",
-)
 
 log = logging.getLogger("spurctld.accounting")
 
@@ -177,10 +163,6 @@ def _job_copy(job: dict[str, Any]) -> dict[str, Any]:
     out = dict(job)
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
-    out["steps"] = {step_id: _step_copy(step) for step_id, step in (job.get("steps") or {}).items()}
+    # A step as readers see it: its record also holds the launch request (environment, I/O token).
+    out["steps"] = {step_id: public_step(step) for step_id, step in (job.get("steps") or {}).items()}
     return out
-
-
-def _step_copy(step: dict[str, Any]) -> dict[str, Any]:
-    # Only what accounting stores: a step record also holds its launch request (environment, I/O token).
-    return {key: step.get(key) for key in STEP_FIELDS} | {"nodes": list(step.get("nodes") or [])}
