@@ -84,6 +84,18 @@ def test_a_job_lands_on_the_node_it_names_and_an_excluded_node_stays_empty(clust
         c.wait_state(job_id, {"COMPLETED"})
 
 
+def test_a_job_naming_a_drained_node_waits_with_reason_reqnodenotavail(cluster, agents, work) -> None:
+    _big, small = agents
+    c = Client(cluster)
+    drain = slurm_pb2.DrainNodeRequest(name=small.name, reason="repair", set_by="admin")
+    c.stub().DrainNode(drain, timeout=5)
+    job_id = c.submit("true\n", work, nodelist=small.name)
+    wait_until(lambda: c.job(job_id).reason == "ReqNodeNotAvail", 10, "the reason ReqNodeNotAvail")
+    assert c.state(job_id) == "PENDING"
+    c.stub().ResumeNode(slurm_pb2.ResumeNodeRequest(name=small.name), timeout=5)
+    assert list(c.wait_state(job_id, {"COMPLETED"}).nodes) == [small.name]
+
+
 def test_an_exclusive_job_gets_a_node_alone(cluster, agents, work) -> None:
     big, small = agents
     c = Client(cluster)
@@ -110,6 +122,7 @@ def test_a_gres_job_waits_while_the_gres_are_taken(cluster, agents, work) -> Non
     time.sleep(1.0)
     job = c.job(waiting)
     assert slurm_pb2.JobState.Name(job.state) == "PENDING", "the only GPU is held"
+    assert job.reason == "Resources"
     assert list(c.wait_state(waiting, {"COMPLETED"}).nodes) == [big.name]
     assert not dict(c.node(big.name).allocated.gres), "given back when the jobs ended"
 

@@ -328,3 +328,18 @@ def test_a_node_registers_its_gres_and_features() -> None:
     assert placement.node_offer_problem({"gpu!": 1}, []) is not None
     assert placement.node_offer_problem({}, ["a b"]) is not None
     assert placement.node_offer_problem({"gpu:a100": 4}, ["ssd"]) is None
+
+
+def test_squeue_reasons_follow_the_plan_resources_first_then_priority() -> None:
+    s = cluster(("n1", 2, {}, ()), ("n2", 2, {}, ()))
+    s.apply(rec("node_drain", name="n2", reason="repair", set_by="admin", time=2.0))
+    busy = submit(s, cpus_per_task=2)
+    start_planned(s)
+    first, second = submit(s, cpus_per_task=2), submit(s)
+    memo: dict = {}
+    assert placement.queue_reason(s, s.jobs[first], memo) == placement.REASON_RESOURCES
+    assert placement.queue_reason(s, s.jobs[second], memo) == placement.REASON_PRIORITY
+    named = submit(s, nodelist="n2")
+    assert placement.queue_reason(s, s.jobs[named], {}) == placement.REASON_NODE_NOT_AVAIL
+    end(s, busy)
+    assert placement.queue_reason(s, s.jobs[first], {}) is None, "it fits now: it starts on the next plan"

@@ -509,6 +509,26 @@ def pending_reason(s: ClusterState, job: dict[str, Any]) -> str | None:
     return None
 
 
+REASON_PRIORITY = "Priority"  # an older job of its partition waits for nodes first (no backfill)
+
+
+def queue_reason(s: ClusterState, job: dict[str, Any], memo: dict) -> str | None:
+    """squeue's reason for an eligible pending job, as the planner would decide it: the first job of a partition
+    without nodes says why (Resources, ReqNodeNotAvail), the younger ones behind it Priority; None when it would
+    start now. `memo` is shared by one pass over the queue (the free resources are worked out once)."""
+    free = memo.get("placement_free")
+    if free is None:
+        free = memo["placement_free"] = free_resources(s)
+    blocked = memo.setdefault("placement_blocked", set())
+    partition = job_partition(job["spec"])
+    if partition in blocked:
+        return REASON_PRIORITY
+    if choose_nodes(s, job, free) is not None:
+        return None
+    blocked.add(partition)
+    return pending_reason(s, job)
+
+
 def start_estimate(s: ClusterState, job: dict[str, Any], now: float) -> float:
     """--test-only's answer: now when the job fits now; else the earliest end of a running job by its time
     limit (the first moment something frees up); 0 when unknown (no running job has a limit)."""

@@ -18,6 +18,7 @@ from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, Sta
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.model import (
     FINISHED_STATES,
+    NO_REASON,
     PENDING,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
@@ -350,7 +351,10 @@ class ControllerService:
         throttle), never written; under the state lock. Returns the record itself when nothing differs."""
         if job["state"] != PENDING:
             return job
-        reason = eligibility.waiting_reason(s, job, now, memo) or job["reason"]
+        reason = eligibility.waiting_reason(s, job, now, memo)
+        if reason is None and job["reason"] == NO_REASON:  # may start: is there room (placement.py)?
+            reason = placement.queue_reason(s, job, memo)
+        reason = reason or job["reason"]
         return job if reason == job["reason"] else {**job, "reason": reason}
 
     def get_job(self, job_id: int) -> dict[str, Any]:
