@@ -242,3 +242,21 @@ def test_begin_time_deadline_and_nice_decide_when_and_in_which_order_jobs_start(
     assert c.job(early).start_time < c.job(late).start_time, "the lower nice started first"
     assert c.state(begin) == "PENDING" and c.job(begin).reason == "BeginTime"
     c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=begin), timeout=10)
+
+
+def test_requeue_of_an_array_id_requeues_each_task_that_started(one, tmp_path, work):
+    c = Client(one)
+    AgentProc(tmp_path / "agent", one.hosts, cpus=2).start()
+    array = c.submit("sleep 60\n", work, array="0-1")
+
+    def both(state: int, restarts: int):
+        records = c.records(array)
+        ok = len(records) == 2 and all(r.state == state and r.restart_count == restarts for r in records)
+        return records if ok else None
+
+    wait_until(lambda: both(slurm_pb2.RUNNING, 0), 30, "both tasks to run")
+    c.stub().RequeueJob(slurm_pb2.RequeueJobRequest(job_id=array), timeout=10)
+    assert both(slurm_pb2.PENDING, 1), "each task is back in the queue"
+    wait_until(lambda: both(slurm_pb2.RUNNING, 1), 30, "both tasks to run again")
+    c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=array), timeout=10)
+    wait_until(lambda: both(slurm_pb2.CANCELLED, 1), 30, "both tasks to be cancelled")

@@ -18,7 +18,6 @@ from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, Sta
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.model import (
     FINISHED_STATES,
-    NO_REASON,
     PENDING,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
@@ -351,10 +350,7 @@ class ControllerService:
         throttle), never written; under the state lock. Returns the record itself when nothing differs."""
         if job["state"] != PENDING:
             return job
-        reason = eligibility.waiting_reason(s, job, now, memo)
-        if reason is None and job["reason"] == NO_REASON:  # may start: is there room (placement.py)?
-            reason = placement.queue_reason(s, job, memo)
-        reason = reason or job["reason"]
+        reason = eligibility.waiting_reason(s, job, now, memo) or job["reason"]
         return job if reason == job["reason"] else {**job, "reason": reason}
 
     def get_job(self, job_id: int) -> dict[str, Any]:
@@ -497,12 +493,26 @@ class ControllerService:
         result = self.write("job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, time=self.clock())
         return {**result, "already_finished": not result["cancelled"] and not result["signal"]}
 
-    def requeue(self, job_id: int, hold: bool) -> dict[str, Any]:
-        """scontrol requeue / requeuehold: a running or finished batch job goes back to PENDING."""
+    def requeue(self, job_id: int, hold: bool) -> list[list[Any]]:
+        """scontrol requeue / requeuehold: a running or finished batch job goes back to PENDING; an array's id
+        means each of its records that started (its pending tasks stay as they are). The answer lists the runs
+        that were stopped, [[job id, attempt, nodes], ...], for the leader to signal."""
         _check_job_id(job_id)
-        if self.read(lambda s: _is_array(s, job_id) and bool(s.jobs.get(job_id, {}).get("array_pending"))):
-            raise errors.Conflict(f"job {job_id} is an array with tasks still pending; requeue its tasks by their ids")
-        return self.write("job_requeue_user", job_id=job_id, hold=hold, time=self.clock())
+
+        def started(s: ClusterState) -> list[int] | None:
+            if not _is_array(s, job_id):
+                return None
+            return [j["job_id"] for j in s.array_records(job_id) if j["state"] != PENDING]
+
+        ids = self.read(started)
+        if ids == []:
+            raise errors.Conflict(f"job {job_id} is an array none of whose tasks has started; nothing to requeue")
+        stopped = []
+        for one in ids or [job_id]:
+            result = self.write("job_requeue_user", job_id=one, hold=hold, time=self.clock())
+            if result.get("signal_agent"):
+                stopped.append([one, result["attempt"], result["nodes"]])
+        return stopped
 
     def update_job(self, job_id: int, fields: list[str], values: dict[str, Any], by_admin: bool) -> dict[str, Any]:
         """scontrol update JobId=N: the named spec fields of a pending job take the values given; of a running
@@ -563,8 +573,6 @@ def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     out = dict(job)
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
-    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
-        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}
     return out
 
 
