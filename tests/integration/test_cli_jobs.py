@@ -132,3 +132,11 @@ def test_show_config_names_the_cluster_and_clusters_takes_it(one, agent, shell) 
     assert shell("sbatch", "--parsable", "-M", name, "-H", "--wrap", "true").stdout.endswith(f";{name}\n")
     refused = shell("sbatch", "-M", "elsewhere", "--wrap", "true", check=False)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "no such cluster" in refused.stderr
+
+
+def test_wait_returns_when_the_job_ends_with_its_exit_code(agent, shell) -> None:
+    failing = shell("sbatch", "-W", "--wrap", "exit 3", check=False)
+    assert failing.returncode == 3 and failing.stdout.startswith("Submitted batch job ")
+    array = shell("sbatch", "--wait", "--parsable", "--array=0-2", "--wrap", "true", check=False)
+    assert array.returncode == 0
+    assert shell.field(array.stdout.strip(), "JobState") == "COMPLETED"

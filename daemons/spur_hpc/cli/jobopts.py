@@ -452,7 +452,7 @@ OPTIONS: list[JobOption] = [
        per_command={"srun": (REFUSED, "run sbatch --test-only with the same options")}),
     _o("wrap", "", "COMMAND", "B", HONOURED, "submit COMMAND wrapped in a /bin/sh script instead of a script file"),
     _o("verbose", "v", "", "BRA", IGNORED, "more messages", reason="Spur's commands have one level of messages"),
-    _o("wait", "W", "", "B", REFUSED, "wait for the job to end", reason="poll it instead (squeue -j ID or sacct -j ID)",
+    _o("wait", "W", "", "B", HONOURED, "wait for the job (every task of an array) to end; exit with its exit code",
        env=("SBATCH_WAIT",)),
     _o("wait", "W", "SECS", "R", IGNORED, "end the step SECS after its first task ends",
        reason="a step ends when its last task does", env=("SLURM_WAIT",)),

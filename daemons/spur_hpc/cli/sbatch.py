@@ -248,7 +248,31 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         print(f"{reply.job_id};{cluster}" if cluster else reply.job_id)
     elif not quiet:
         print(f"Submitted batch job {reply.job_id}" + (f" on cluster {cluster}" if cluster else ""))
+    if options.get("wait") and not test_only:
+        sys.stdout.flush()
+        return wait_for(client, reply.job_id)
     return 0
+
+
+def wait_for(client: Any, job_id: int) -> int:
+    """sbatch -W: poll until the job (each record of an array) has finished -> the largest exit code, or 1 for
+    a job that ended without one (cancelled, timed out, node failure)."""
+    import time
+
+    from spur_hpc import model
+    from spur_hpc.cli import jobview
+
+    pause = 0.25
+    while True:
+        records = list(client.call("ListJobs", {"job_ids": [job_id], "include_finished": True, "brief": True}).jobs)
+        states = [jobview.state_name(job) for job in records]
+        if records and all(state in model.FINISHED_STATES for state in states):
+            failed = any(state != "COMPLETED" for state in states)
+            return max(job.exit_code for job in records) or (1 if failed else 0)
+        if not records:
+            raise CliError(f"job {job_id} is no longer known to the controller; see sacct -j {job_id}")
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
 
 
 def resolve_cluster(client: Any, text: str, label: str) -> str:
