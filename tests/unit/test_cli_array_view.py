@@ -95,3 +95,12 @@ def test_scancel_refuses_a_bad_task_list_in_one_line(cluster, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid job id '12_[x]'" in err
     assert not cluster.state.cancel_tasks
+
+
+def test_clusters_takes_this_cluster_or_all_in_squeue_and_scancel(cluster, capsys) -> None:
+    assert slurm.squeue_main(["-M", "all", "-h", "-j", "20", "-o", "%i"]) == 0
+    assert capsys.readouterr().out == "CLUSTER: spur\n20\n"
+    assert slurm.scancel_main(["--clusters=all", "20"]) == 0  # snakemake's cancel
+    assert slurm.scancel_main(["-M", "other", "13"]) == 1
+    assert "no such cluster; this cluster is 'spur'" in capsys.readouterr().err
+    assert cluster.state.cancel_tasks == [(20, "")]

@@ -36,6 +36,18 @@ def answer_info_flags(
     return False
 
 
+CLUSTERS_OPTION = Option("clusters", "M", "clusters", "NAMES", "this cluster's name or all (Spur has one cluster)")
+
+
+def resolve_cluster(client: Any, text: str, label: str = "--clusters") -> str:
+    """-M/--clusters: this cluster's name or all -> the name; any other name is one line and exit 1."""
+    name = client.call("GetClusterInfo").cluster_name
+    wanted = [item.strip() for item in text.split(",") if item.strip()]
+    if any(item.lower() == "all" or item == name for item in wanted):
+        return name
+    raise CliError(f"{label} {text}: no such cluster; this cluster is '{name}' (or use all)")
+
+
 def parse_job_id(text: str, what: str = "job id") -> int:
     from spur_hpc.cli.units import INT64_MAX, bounded_int
 

@@ -233,7 +233,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     client = ControllerClient()
     cluster = ""
     if options.given("clusters"):
-        cluster = resolve_cluster(client, str(options.get("clusters")), options.label("clusters"))
+        cluster = commandline.resolve_cluster(client, str(options.get("clusters")), options.label("clusters"))
         spec["cluster_name"] = cluster
     test_only = bool(options.get("test_only"))
     request = {"spec": spec, "idempotency_key": str(uuid.uuid4()), "test_only": test_only}
@@ -273,16 +273,6 @@ def wait_for(client: Any, job_id: int) -> int:
             raise CliError(f"job {job_id} is no longer known to the controller; see sacct -j {job_id}")
         time.sleep(pause)
         pause = min(pause * 2, 2.0)
-
-
-def resolve_cluster(client: Any, text: str, label: str) -> str:
-    """-M/--clusters: this cluster's name or all (Spur has one cluster) -> the name."""
-    info = client.call("GetClusterInfo")
-    name = info.cluster_name
-    wanted = [item.strip() for item in text.split(",") if item.strip()]
-    if any(item.lower() == "all" or item == name for item in wanted):
-        return name
-    raise CliError(f"{label} {text}: no such cluster; this cluster is '{name}' (or use all)")
 
 
 def test_only_line(program: str, reply: Any, spec: dict[str, Any]) -> str:

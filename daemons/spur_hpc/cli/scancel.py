@@ -26,6 +26,7 @@ OPTIONS = [
     Option("me", "", "me", help="cancel my jobs"),
     Option("quiet", "Q", "quiet", help="print no messages (the exit status still tells)"),
     Option("verbose", "v", "verbose", help="say what is done to each job"),
+    commandline.CLUSTERS_OPTION,
     *commandline.INFO_OPTIONS,
 ]
 SYNOPSIS = "[-s SIGNAL] [-u USERS] [-n NAMES] [-t STATES] [-p PARTITIONS] [-Q] [-v] [JOB_ID[_TASKS]...]"
@@ -102,6 +103,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     me = caller.user_name()
     client = ControllerClient()
+    if values["clusters"]:
+        commandline.resolve_cluster(client, values["clusters"])
     targets = [(job_id, "") for job_id in _targets(client, values, job_ids, me if values["me"] else None)]
     targets += [(job_id, tasks) for job_id, tasks in named if tasks]  # a filter does not narrow named tasks
     quiet, verbose = values["quiet"], values["verbose"]

@@ -34,6 +34,7 @@ OPTIONS = [
     Option("long", "l", "long", help="long format (state names and time limits)"),
     Option("array", "r", "array", help="each pending task of an array on a line of its own"),
     Option("Format", "O", "Format", "FIELDS", "columns by name: JobID,State:.10,Name:\\x1f (type[:[.][size][suffix]])"),
+    commandline.CLUSTERS_OPTION,
     Option("noconvert", "", "noconvert", help="accepted for compatibility (sizes are shown in megabytes)"),
     Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
     Option("json", "", "json", help="print the jobs as JSON"),
@@ -155,7 +156,9 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     from spur_hpc.cli.controller import ControllerClient
 
-    reply = ControllerClient().call("ListJobs", request)
+    client = ControllerClient()
+    cluster = commandline.resolve_cluster(client, values["clusters"]) if values["clusters"] else ""
+    reply = client.call("ListJobs", request)
     jobs = sorted(reply.jobs, key=lambda job: job.job_id)
     if shown_states is not None:
         jobs = [job for job in jobs if jobview.state_name(job) in shown_states]
@@ -169,6 +172,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0
     header = not values["noheader"]
+    if cluster:
+        print(f"CLUSTER: {cluster}")  # Slurm names each cluster it lists
     if fields_text:
         commandline.print_lines(jobview.format_fields_lines(jobs, fields_text, header, time.time(), program))
         return 0
