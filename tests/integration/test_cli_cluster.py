@@ -58,7 +58,7 @@ def test_sbatch_wrap_end_to_end(cluster, agent, shell) -> None:
 
     assert shell("squeue", "-h", "-j", str(job_id), "-o", "%i %t %N").stdout == f"{job_id} CD {agent.name}\n"
     accounting = shell("sacct", "-j", str(job_id), "-P", "-n", "--format", "JobID,JobName,State,ExitCode").stdout
-    assert accounting == f"{job_id}|wrap|COMPLETED|0:0\n"
+    assert accounting == f"{job_id}|wrap|COMPLETED|0:0\n{job_id}.batch|batch|COMPLETED|0:0\n"
     assert shell("sinfo", "-h", "-N", "-o", "%N %t").stdout == f"{agent.name} idle\n"
 
 
