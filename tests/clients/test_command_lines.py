@@ -61,7 +61,7 @@ class Checker:
             self.problems.append(f"[{client}] $ {line}\n    -> {problem}")
         return done
 
-    def effect(self, client: str, what: str, predicate, timeout: float = 60) -> bool:
+    def effect(self, client: str, what: str, predicate, timeout: float = 45) -> bool:
         """predicate() returns a true value once the effect shows; otherwise record what did not happen."""
         deadline = time.monotonic() + timeout
         last = None
@@ -136,7 +136,7 @@ def test_every_command_line_the_clients_send_is_accepted_and_does_what_slurm_doe
     if array_id:
         arr = array_id.group(1)
         tasks = [f"{arr}_{t}" for t in range(4)]
-        check.effect("submitit", f"the 4 tasks of array {arr} complete", check.completed(*tasks), 90)
+        check.effect("submitit", f"the 4 tasks of array {arr} complete", check.completed(*tasks), 60)
         check.run("submitit", f"sacct -o JobID,State,NodeList --parsable2 -j {arr}",
                   lines_starting(*(f"{t}|COMPLETED|" for t in tasks)), retry=30)  # fmt: skip
         for t in range(4):
@@ -196,7 +196,7 @@ def test_every_command_line_the_clients_send_is_accepted_and_does_what_slurm_doe
     if all(i.isdigit() for i in ids):
         tasks = [f"{ids[2]}_{t}" for t in (1, 2, 3)]
         check.effect("snakemake", f"jobs {ids[:2]} and array tasks {tasks} complete",
-                     check.completed(ids[0], ids[1], *tasks), 90)  # fmt: skip
+                     check.completed(ids[0], ids[1], *tasks), 60)  # fmt: skip
         log = site.work / "snake" / "rule_x" / f"{ids[0]}.log"
         if not log.exists() or "snake-ok" not in log.read_text():
             check.problems.append(f"[snakemake] --output .../%j.log with srun inside: {log} lacks 'snake-ok'")

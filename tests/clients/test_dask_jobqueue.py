@@ -17,7 +17,7 @@ ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")
 
 def test_a_slurm_cluster_scales_to_two_workers_computes_and_closes(slurm_site) -> None:
     logs = slurm_site.work / "dask-logs"
-    answer = slurm_site.driver("dask_driver.py", str(logs), timeout=360, what="dask-jobqueue's SLURMCluster")
+    answer = slurm_site.driver("dask_driver.py", str(logs), timeout=240, what="dask-jobqueue's SLURMCluster")
     assert answer["total"] == sum(x * x for x in range(10))
     assert len(answer["job_ids"]) == 2
     assert answer["worker_jobs"] == answer["job_ids"], "each worker runs inside the Slurm job sbatch named"

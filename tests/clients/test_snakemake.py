@@ -35,7 +35,7 @@ rule broken:
     output: "broken.txt"
     shell: "echo 'failing on purpose' >&2; exit 3"
 """
-RUN_SECS = 480
+RUN_SECS = 300
 
 
 def test_a_workflow_with_an_array_rule_and_a_failing_rule_ends_reporting_the_failure(slurm_site) -> None:

@@ -22,7 +22,7 @@ def run(site, scenario: str, timeout: float) -> dict:
 
 
 def test_a_submitted_function_returns_its_result(slurm_site) -> None:
-    answer = run(slurm_site, "result", 240)
+    answer = run(slurm_site, "result", 150)
     assert answer["result"] == 5
     assert answer["state"] == "COMPLETED"
     sbatch = slurm_site.calls_of("sbatch")
@@ -31,14 +31,14 @@ def test_a_submitted_function_returns_its_result(slurm_site) -> None:
 
 
 def test_an_exception_raised_in_the_job_comes_back_as_the_exception(slurm_site) -> None:
-    answer = run(slurm_site, "exception", 240)
+    answer = run(slurm_site, "exception", 150)
     assert answer["exception_type"] == "FailedJobError"
     assert "ValueError: boom from the job" in answer["exception"]
     assert answer["state"] == "FAILED"
 
 
 def test_map_array_submits_one_array_and_returns_every_result(slurm_site) -> None:
-    answer = run(slurm_site, "map_array", 300)
+    answer = run(slurm_site, "map_array", 180)
     assert [r["value"] for r in answer["results"]] == [1, 4, 9, 16]
     array_id = answer["job_ids"][0].split("_")[0]
     assert answer["job_ids"] == [f"{array_id}_{t}" for t in range(4)]
@@ -49,7 +49,7 @@ def test_map_array_submits_one_array_and_returns_every_result(slurm_site) -> Non
 
 
 def test_a_cancelled_job_ends_cancelled(slurm_site) -> None:
-    answer = run(slurm_site, "cancel", 240)
+    answer = run(slurm_site, "cancel", 150)
     assert answer["before"] == "RUNNING"
     assert answer["after"].startswith("CANCELLED"), answer
     assert answer["done"]
@@ -57,7 +57,7 @@ def test_a_cancelled_job_ends_cancelled(slurm_site) -> None:
 
 
 def test_a_timed_out_checkpointable_job_is_requeued_and_resumes_from_its_checkpoint(slurm_site) -> None:
-    answer = run(slurm_site, "timeout", 420)
+    answer = run(slurm_site, "timeout", 300)
     assert answer["result"]["runs"] == 2, answer  # the second run started from the checkpointed state
     assert answer["result"]["restart_count"] == "1", answer
     assert answer["result"]["job_id"] == answer["job_id"], "a requeued job keeps its id"

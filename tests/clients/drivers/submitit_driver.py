@@ -16,7 +16,7 @@ from pathlib import Path
 import submitit
 from submitit.helpers import Checkpointable
 
-WAIT_SECS = 120  # for a state to show up in sacct (the test's own deadline is the hard one)
+WAIT_SECS = 60  # for a state to show up in sacct (the test's own deadline is the hard one)
 
 
 def add(a: int, b: int) -> int:
