@@ -65,9 +65,23 @@ SINFO_TITLES = {
     "O": "CPU_LOAD",
     "e": "FREE_MEM",
     "v": "VERSION",
+    "F": "NODES(A/I/O/T)",
+    "f": "AVAIL_FEATURES",
+    "G": "GRES",
 }
 # letters summed or listed over a group of nodes; every other letter splits groups
-_AGGREGATE_LETTERS = frozenset("DNnC")
+_AGGREGATE_LETTERS = frozenset("DNnCF")
+_UNAVAILABLE = ("DOWN", "DRAINED", "DRAINING")
+
+
+def gres_text(resources: Any) -> str:
+    """Slurm's gres notation of a resources map: gpu:2,nic:1 ((null) when none)."""
+    items = sorted(dict(resources.gres).items())
+    return ",".join(f"{name}:{count}" for name, count in items) or "(null)"
+
+
+def features_text(node: Any) -> str:
+    return ",".join(node.features) or "(null)"
 
 
 def state_name(node: Any) -> str:
@@ -121,6 +135,10 @@ def _node_value(letter: str, node: Any) -> str:
         return "N/A"
     if letter == "v":
         return node.version or "N/A"
+    if letter == "f":
+        return features_text(node)
+    if letter == "G":
+        return gres_text(node.resources)
     raise KeyError(letter)
 
 
@@ -132,12 +150,16 @@ def _group_value(letter: str, nodes: list[Any]) -> str:
     if letter == "C":
         allocated = sum(min(n.allocated.cpus, n.resources.cpus) for n in nodes)
         total = sum(n.resources.cpus for n in nodes)
-        unavailable = ("DOWN", "DRAINED", "DRAINING")
         other = sum(
-            n.resources.cpus - min(n.allocated.cpus, n.resources.cpus) for n in nodes if state_name(n) in unavailable
+            n.resources.cpus - min(n.allocated.cpus, n.resources.cpus) for n in nodes if state_name(n) in _UNAVAILABLE
         )
         idle = total - allocated - other
         return f"{allocated}/{idle}/{other}/{total}"
+    if letter == "F":  # nodes allocated (in part or whole) / idle / other (down, drained) / total
+        states = [state_name(n) for n in nodes]
+        other = sum(state in _UNAVAILABLE for state in states)
+        busy = sum(state in ("ALLOCATED", "MIXED") for state in states)
+        return f"{busy}/{len(nodes) - busy - other}/{other}/{len(nodes)}"
     return _node_value(letter, nodes[0])
 
 
@@ -168,6 +190,29 @@ def _natural(name: str) -> tuple[str, int, str]:
     return stem, int(digits) if digits else -1, name
 
 
+def partition_records(nodes: list[Any]) -> list[list[str]]:
+    """`scontrol show partition`: one record per partition the nodes name (Spur's partitions are the nodes'
+    [agent] partition; no limits of their own)."""
+    by_name: dict[str, list[Any]] = {}
+    for node in sorted(nodes, key=lambda n: _natural(n.name)):
+        by_name.setdefault(partition(node), []).append(node)
+    records = []
+    for name in sorted(by_name, key=lambda p: (p != DEFAULT_PARTITION, p)):
+        members = by_name[name]
+        lines = [
+            f"PartitionName={name}",
+            "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
+            f"   Default={'YES' if name == DEFAULT_PARTITION else 'NO'} Hidden=NO RootOnly=NO",
+            "   MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0",
+            f"   Nodes={model.compress_hostlist([n.name for n in members])}",
+            "   State=UP",
+            f"   TotalCPUs={sum(n.resources.cpus for n in members)} TotalNodes={len(members)}",
+            "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
+        ]
+        records.append([printable(line) for line in lines])
+    return records
+
+
 def show_node_lines(node: Any) -> list[str]:
     """`scontrol show node` for one node; the first line is exactly NodeName=<name> so scripts can match it."""
     state = state_name(node)
@@ -178,6 +223,8 @@ def show_node_lines(node: Any) -> list[str]:
         f"   NodeAddr={node.address or '(null)'} Version={node.version or 'N/A'} Build={node.build or 'N/A'}",
         f"   State={state}{'+NOT_RESPONDING' if not_responding(node) and state != 'DOWN' else ''}"
         f" Partitions={partition(node)}",
+        f"   Gres={gres_text(node.resources)} AllocGres={gres_text(node.allocated)}",
+        f"   AvailableFeatures={features_text(node)} ActiveFeatures={features_text(node)}",
         f"   Jobs={','.join(str(j) for j in node.job_ids) or '(null)'}",
         f"   LastRegistered={units.format_timestamp(node.last_registered, 'None')}"
         f" LastHeartbeat={units.format_timestamp(node.last_heartbeat, 'None')}",

@@ -33,6 +33,7 @@ DESCRIPTION = """Commands:
   hold JOB_ID[,JOB_ID...] / release JOB_ID[,...]    keep pending jobs from starting / let them start
   requeue JOB_ID[,...] / requeuehold JOB_ID[,...]   put jobs back in the queue (held with requeuehold)
   show config                                       the settings clients read (MinJobAge, MaxArraySize, ...)
+  show partition[s] [NAME]                          partitions as Key=Value records (from the nodes)
   ping                                              which controllers answer, and which one leads
   version                                           this command's version and build"""
 
@@ -58,6 +59,17 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
         from spur_hpc.cli import jobcontrol
 
         commandline.print_lines(jobcontrol.config_lines(client))
+        return 0
+    if what in ("partition", "partitions", "part", "partitionname"):
+        records = nodeview.partition_records(list(client.call("ListNodes").nodes))
+        if rest:
+            records = [r for r in records if r[0] == f"PartitionName={rest[0]}"]
+            if not records:
+                raise CliError(f"Partition {rest[0]} not found")
+        if not records:
+            print("No partitions in the system")
+            return 0
+        _print_records(records, values["oneliner"])
         return 0
     if len(rest) > 1:
         raise CliError(f"show {what} takes at most one name or id, got {' '.join(rest)}")

@@ -1,0 +1,60 @@
+"""sinfo's node-count, feature and gres columns, scontrol show node's gres/feature lines and show partition
+(Open OnDemand reads `sinfo -aho %F/%C` and `scontrol show part -o`)."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli_support import fake_cluster
+
+from spur_hpc.cli import nodeview, slurm
+from spur_hpc.proto import slurm_pb2 as pb
+
+
+def nodes() -> list[pb.Node]:
+    gpu = pb.NodeResources(cpus=8, memory_mb=1000, gres={"gpu": 2})
+    return [
+        pb.Node(name="n1", state=pb.MIXED, resources=pb.NodeResources(cpus=4), allocated=pb.NodeResources(cpus=1)),
+        pb.Node(name="n2", state=pb.IDLE, resources=pb.NodeResources(cpus=4)),
+        pb.Node(name="n3", state=pb.DRAINED, resources=pb.NodeResources(cpus=4), drain=True, reason="disk"),
+        pb.Node(name="g1", state=pb.IDLE, resources=gpu, partition="gpu", features=["a100", "fast"]),
+    ]
+
+
+def test_node_counts_features_and_gres_columns() -> None:
+    assert nodeview.sinfo_lines(nodes(), "%P %F %C", False) == ["default* 1/1/1/3 1/7/4/12", "gpu 0/1/0/1 0/8/0/8"]
+    lines = nodeview.sinfo_lines(nodes(), "%N %f %G", False, node_oriented=True)
+    assert lines == ["n1 (null) (null)", "n2 (null) (null)", "n3 (null) (null)", "g1 a100,fast gpu:2"]
+
+
+def test_show_node_names_gres_and_features() -> None:
+    lines = nodeview.show_node_lines(nodes()[3])
+    assert "   Gres=gpu:2 AllocGres=(null)" in lines
+    assert "   AvailableFeatures=a100,fast ActiveFeatures=a100,fast" in lines
+
+
+def test_partitions_are_the_nodes_partitions() -> None:
+    records = nodeview.partition_records(nodes())
+    assert [r[0] for r in records] == ["PartitionName=default", "PartitionName=gpu"]
+    assert "   Nodes=n[1-3]" in records[0] and "   TotalCPUs=12 TotalNodes=3" in records[0]
+    assert "   Default=YES Hidden=NO RootOnly=NO" in records[0] and "   Default=NO Hidden=NO RootOnly=NO" in records[1]
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch):
+    with fake_cluster(monkeypatch) as fake:
+        for node in nodes():
+            fake.add_node(node.name, **{f.name: v for f, v in node.ListFields() if f.name != "name"})
+        yield fake
+
+
+def test_scontrol_show_partition_one_line_each(cluster, capsys) -> None:
+    assert slurm.scontrol_main(["show", "part", "-o"]) == 0 or slurm.scontrol_main(["-o", "show", "part"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("PartitionName=default AllowGroups=ALL") and out[1].startswith("PartitionName=gpu ")
+    assert slurm.scontrol_main(["show", "partition", "nope"]) == 1
+    assert "Partition nope not found" in capsys.readouterr().err
+
+
+def test_sinfo_answers_open_ondemands_question(cluster, capsys) -> None:
+    assert slurm.sinfo_main(["-aho", "%F/%C"]) == 0
+    assert capsys.readouterr().out == "1/2/1/4/1/15/4/20\n"  # without a partition column: the whole cluster
