@@ -140,6 +140,12 @@ def test_a_job_submitted_held_starts_only_when_released_and_an_update_changes_it
     updated = c.stub().UpdateJob(update, timeout=10)
     assert (updated.spec.time_limit_secs, updated.spec.name, updated.spec.nice) == (120, "renamed", 10)
     wrong = slurm_pb2.UpdateJobRequest(job_id=held, fields=["script"], spec=slurm_pb2.JobSpec(script="x"))
+    chained = c.submit("true\n", work, dependency=f"afterok:{held}")
+    circle = slurm_pb2.UpdateJobRequest(
+        job_id=held, fields=["dependency"], spec=slurm_pb2.JobSpec(dependency=f"afterany:{chained}")
+    )
+    message = refused(lambda: c.stub().UpdateJob(circle, timeout=10), grpc.StatusCode.INVALID_ARGUMENT)
+    assert f"circle ({held} -> {chained} -> {held})" in message
     assert "cannot change script" in refused(
         lambda: c.stub().UpdateJob(wrong, timeout=10), grpc.StatusCode.INVALID_ARGUMENT
     )

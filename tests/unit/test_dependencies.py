@@ -364,3 +364,12 @@ def test_an_update_of_a_dependency_is_judged_at_once():
     second = submit(s)
     s.apply(rec("job_update", job_id=second, changes={"dependency": f"afterok:{first}"}, time=2.0))
     assert reason(s, second) == "Dependency"
+
+
+def test_a_chain_of_dependencies_back_to_a_job_is_found():
+    s = cluster()
+    a = submit(s, hold=True)
+    b = submit(s, dependency=f"afterok:{a}")
+    c = submit(s, dependency=f"afterany:{b}")
+    assert eligibility.dependency_path(s, [c], a) == [c, b, a]
+    assert eligibility.dependency_path(s, [a], c) == []

@@ -138,6 +138,27 @@ def _records_state(kind: str, minutes: int, records: list[dict[str, Any]], now: 
     return SATISFIED
 
 
+def dependency_path(s: ClusterState, starts: list[int], target: int, limit: int = 100_000) -> list[int]:
+    """A chain of dependencies from one of `starts` to `target` ([start, ..., target]), or [] when there is
+    none; at most `limit` jobs are looked at."""
+    came_from: dict[int, int] = {j: 0 for j in starts}
+    todo = list(starts)
+    while todo and len(came_from) <= limit:
+        job_id = todo.pop()
+        if job_id == target:
+            path = [job_id]
+            while came_from[path[-1]]:
+                path.append(came_from[path[-1]])
+            return path[::-1]
+        job = s.jobs.get(job_id)
+        text = job["spec"].get("dependency") if job is not None and job["state"] == PENDING else ""
+        for _kind, dep_id, _minutes in parsed_dependency(text)[1] if text else ():
+            if dep_id and dep_id not in came_from:
+                came_from[dep_id] = job_id
+                todo.append(dep_id)
+    return []
+
+
 def _succeeded(job: dict[str, Any]) -> bool:
     return job["state"] == COMPLETED and not job.get("exit_code")
 

@@ -319,6 +319,11 @@ class ControllerService:
                 raise errors.InvalidArgument(
                     f"--dependency={text!r}: job {dep_id} does not exist; name a job submitted before"
                 )
+        if job_id:  # an update: a chain back to the job itself would wait for ever (Slurm refuses it too)
+            loop = self.read(lambda s: eligibility.dependency_path(s, [t[1] for t in terms if t[1]], job_id))
+            if loop:
+                chain = " -> ".join(str(j) for j in [job_id, *loop])
+                raise errors.InvalidArgument(f"--dependency={text!r} makes a circle ({chain}); no job could start")
 
     def _check_fit(self, spec: dict[str, Any]) -> None:
         """A job that could never start (a named node that does not exist, more CPUs, memory or gres than any
