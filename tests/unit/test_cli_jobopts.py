@@ -214,3 +214,20 @@ def test_every_option_of_slurms_three_commands_is_in_the_table() -> None:
     }.items():  # fmt: skip
         known = {entry.long for entry in jobopts.entries_for(program)}
         assert not [n for n in names if n not in known], program
+
+
+@pytest.mark.parametrize(
+    ("program", "variable", "dest"),
+    [
+        ("sbatch", "SBATCH_ARRAY_INX", "array"), ("sbatch", "SBATCH_DEBUG", "verbose"),
+        ("sbatch", "SBATCH_MEM_PER_NODE", "mem"), ("sbatch", "SBATCH_NO_REQUEUE", "requeue"),
+        ("sbatch", "SBATCH_WAIT", "wait"), ("sbatch", "SBATCH_REQ_SWITCH", "switches"),
+        ("salloc", "SALLOC_KILL_CMD", "kill_command"), ("salloc", "SALLOC_IMMEDIATE", "immediate"),
+        ("srun", "SLURM_STEP_GRES", "gres"), ("srun", "SLURM_LABELIO", "label"), ("srun", "SLURM_NNODES", "nodes"),
+        ("srun", "SRUN_CPUS_PER_TASK", "cpus_per_task"), ("srun", "SLURMD_DEBUG", "slurmd_debug"),
+        ("srun", "SLURM_JOB_ID", "jobid"), ("srun", "SLURM_EXPORT_ENV", "export"),
+    ],
+)  # fmt: skip
+def test_the_input_variables_of_the_man_pages_stand_for_their_options(program, variable, dest) -> None:
+    names = {name: entry.dest for entry in jobopts.entries_for(program) for name in entry.env_names(program)}
+    assert names.get(variable) == dest
