@@ -5,7 +5,9 @@ fit is told at submit, the pending reasons of one that waits, and --test-only's 
 from __future__ import annotations
 
 import pytest
+from test_conf import agent_toml, load_text, one_line_error
 
+from spur_hpc import conf
 from spur_hpc.controller import placement, wal
 from spur_hpc.controller.scheduler import plan_starts
 from spur_hpc.controller.state import ClusterState
@@ -343,3 +345,25 @@ def test_squeue_reasons_follow_the_plan_resources_first_then_priority() -> None:
     assert placement.queue_reason(s, s.jobs[named], {}) == placement.REASON_NODE_NOT_AVAIL
     end(s, busy)
     assert placement.queue_reason(s, s.jobs[first], {}) is None, "it fits now: it starts on the next plan"
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"gres": '"gpu:2"'}, "[agent] gres: bad value 'gpu:2'; use NAME[:TYPE]=COUNT entries"),
+        ({"gres": '"gpu=1,gpu=2"'}, "[agent] gres: 'gpu=1,gpu=2' names a resource twice"),
+        ({"gres": '"gpu=9999999"'}, "[agent] gres: gpu=9999999 is out of range"),
+        ({"gres": '"' + ",".join(f"g{i}=1" for i in range(33)) + '"'}, "(at most 32)"),
+        ({"features": '["a b"]'}, "[agent] features: bad value 'a b'"),
+        ({"features": "[" + ",".join(f'"f{i}"' for i in range(65)) + "]"}, "[agent] features: 65 features"),
+    ],
+)
+def test_a_bad_agent_gres_or_feature_is_one_line_naming_the_key(tmp_path, over: dict, needle: str) -> None:
+    assert needle in one_line_error(load_text, tmp_path, agent_toml(**over), role="agent")
+
+
+def test_agent_gres_and_features_are_read_into_what_spurd_registers(tmp_path) -> None:
+    loaded = load_text(tmp_path, agent_toml(gres='"gpu=2,gpu:a100=1,nic=1"', features='["ssd", "avx2"]'), role="agent")
+    assert conf.parse_gres_offer(loaded.agent.gres) == {"gpu": 2, "gpu:a100": 1, "nic": 1}
+    assert list(loaded.agent.features) == ["ssd", "avx2"]
+    assert conf.parse_gres_offer(load_text(tmp_path, agent_toml(), role="agent").agent.gres) == {}
