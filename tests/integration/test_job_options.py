@@ -4,6 +4,7 @@ job sees, its script arguments, --open-mode=append, and --signal before the time
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import grpc
 import pytest
 
 from agents import AgentProc
-from harness import wait_until
+from harness import Proc, wait_until
 from spur_hpc import model
 from spur_hpc.proto import slurm_pb2
 
@@ -264,3 +265,32 @@ def test_the_signal_arrives_before_the_time_limit(cluster, agents, work, batch_o
     started, arrived = float((work / "start.txt").read_text()), float(lines[1])
     assert started < arrived < started + 8, "the signal came before the time limit"
     assert job.end_time >= arrived
+
+
+LEVEL_TWO = (
+    "import sys; from spur_hpc.controller import wal; wal.MAX_WAL_LEVEL = 2; "
+    "from spur_hpc.controller.daemon import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_a_cluster_at_wal_level_2_refuses_placement_options_with_one_line(make_cluster, work) -> None:
+    """A member of the release before would hold only the CPUs and memory asked for, so its state would differ."""
+    cluster = make_cluster(1, start=False)
+    for m in cluster.members:
+        cluster.write_conf(m)
+        m.proc = Proc(
+            f"spurctld-{m.index}-level2", [sys.executable, "-c", LEVEL_TWO, "--conf", str(m.conf_path)],
+            m.root / "spurctld.log",
+        ).start()  # fmt: skip
+    c = Client(cluster)
+    for option, field, value in (
+        ("--exclusive", "exclusive", True),
+        ("--gres", "gres", "gpu:1"),
+        ("--nodelist", "nodelist", "n1"),
+        ("--constraint", "constraint", "ssd"),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            c.stub().SubmitJob(c.request("true\n", work, **{field: value}), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert caught.value.details() == f"{option} needs WAL level 3; finish the upgrade (spur cluster wal-level 3)"
+    assert c.submit("true\n", work, tasks=4, ntasks_per_node=2) > 0, "derived counts are plain fields: taken"
