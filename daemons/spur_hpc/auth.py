@@ -133,7 +133,7 @@ class Munge:
                 ctypes.byref(uid),
                 ctypes.byref(gid),
             )
-            if payload.value:
+            if payload.value is not None:  # what munged handed back is ours to free
                 ctypes.CDLL(None).free(payload)
             if code != 0:
                 raise self._error(ctx, code, "credential check")

@@ -191,11 +191,17 @@ class Connection:
         self.close()
         return error
 
+    def _connected(self) -> _socket.socket:
+        """The open socket (every call connects first; a failure closes it and raises, so this always holds)."""
+        if self.sock is None:
+            raise self._unavailable("the connection was closed")
+        return self.sock
+
     def _send(self, data: bytes, deadline: float) -> None:
-        assert self.sock is not None
+        sock = self._connected()
         try:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            self.sock.sendall(data)
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            sock.sendall(data)
         except _TIMEOUT:
             raise self._fail_connection(
                 RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time")
@@ -204,7 +210,7 @@ class Connection:
             raise self._fail_connection(self._unavailable(exc.strerror or str(exc))) from None
 
     def _read_exact(self, size: int, deadline: float) -> bytes:
-        assert self.sock is not None
+        sock = self._connected()
         while len(self.buffer) < size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -212,8 +218,8 @@ class Connection:
                     RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time", address=self.address)
                 )
             try:
-                self.sock.settimeout(remaining)
-                chunk = self.sock.recv(max(65536, size - len(self.buffer)))
+                sock.settimeout(remaining)
+                chunk = sock.recv(max(65536, size - len(self.buffer)))
             except _TIMEOUT:
                 raise self._fail_connection(
                     RpcError("DEADLINE_EXCEEDED", f"{self.address} did not answer in time", address=self.address)
