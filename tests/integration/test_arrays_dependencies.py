@@ -8,6 +8,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from test_auth import auth_section, credential, munge, shared_dir  # noqa: F401 (fixtures)
+from test_auth import pytestmark as needs_munged
 
 from agents import AgentProc, pid_alive
 from harness import Proc, wait_until
@@ -266,3 +268,43 @@ def test_requeue_of_an_array_id_requeues_each_task_that_started(one, tmp_path, w
     wait_until(lambda: both(slurm_pb2.RUNNING, 1), 30, "both tasks to run again")
     c.stub().CancelJob(slurm_pb2.CancelJobRequest(job_id=array), timeout=10)
     wait_until(lambda: both(slurm_pb2.CANCELLED, 1), 30, "both tasks to be cancelled")
+
+
+@needs_munged
+def test_only_an_administrator_raises_priority_or_time_limit_or_ends_an_admin_hold(make_cluster, shared_dir, munge):  # noqa: F811, E501
+    cluster = make_cluster(1, extra_sections=auth_section(munge))
+    stub = cluster.stub(cluster.wait_leader())
+
+    def as_user(nobody: bool):
+        return (("spur-auth", credential(munge, as_nobody=nobody)),)
+
+    def submit(**spec) -> slurm_pb2.SubmitJobRequest:
+        return slurm_pb2.SubmitJobRequest(
+            spec=slurm_pb2.JobSpec(script="#!/bin/sh\ntrue\n", work_dir=str(shared_dir), **spec)
+        )
+
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    message = refused(lambda: stub.SubmitJob(submit(nice=-1), timeout=10, metadata=as_user(True)), denied)
+    assert "negative --nice" in message
+    job = stub.SubmitJob(submit(hold=True, time_limit_secs=600), timeout=10, metadata=as_user(True)).job_id
+
+    def limit(secs: int, nobody: bool = True) -> slurm_pb2.Job:
+        request = slurm_pb2.UpdateJobRequest(
+            job_id=job, fields=["time_limit_secs"], spec=slurm_pb2.JobSpec(time_limit_secs=secs)
+        )
+        return stub.UpdateJob(request, timeout=10, metadata=as_user(nobody))
+
+    assert "raise the time limit" in refused(lambda: limit(1200), denied)
+    assert "raise the time limit" in refused(lambda: limit(0), denied), "0 is no limit at all"
+    assert limit(300).spec.time_limit_secs == 300, "the owner may lower it"
+    assert limit(900, nobody=False).spec.time_limit_secs == 900
+    held = stub.HoldJob(slurm_pb2.HoldJobRequest(job_id=job), timeout=10, metadata=as_user(False))
+    assert held.reason == "JobHeldAdmin"
+    release = slurm_pb2.ReleaseJobRequest(job_id=job)
+    assert "only an administrator" in refused(
+        lambda: stub.ReleaseJob(release, timeout=10, metadata=as_user(True)), denied
+    )
+    assert not stub.ReleaseJob(release, timeout=10, metadata=as_user(False)).held
+    again = stub.HoldJob(slurm_pb2.HoldJobRequest(job_id=job), timeout=10, metadata=as_user(True))
+    assert again.reason == "JobHeldUser"
+    assert not stub.ReleaseJob(release, timeout=10, metadata=as_user(True)).held, "the owner releases their own hold"
