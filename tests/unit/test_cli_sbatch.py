@@ -114,3 +114,10 @@ def test_test_only_prints_slurms_line_and_submits_nothing(cluster, capsys) -> No
     when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1700000100))
     assert err == f"sbatch: Job 0 to start at {when} using 4 processors on nodes n1 in partition debug\n"
     assert not cluster.state.jobs
+
+
+def test_help_lists_what_is_honoured_and_counts_the_rest(capsys) -> None:
+    assert slurm.sbatch_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--hold" in out and "--mail-type" in out and "--cpu-freq" not in out and "--uid" not in out
+    assert out.rstrip().endswith("(docs/cli.md lists them all).")

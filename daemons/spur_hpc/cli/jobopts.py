@@ -354,7 +354,7 @@ OPTIONS: list[JobOption] = [
        convert=_text("account"), env=("SBATCH_ACCOUNT", "SALLOC_ACCOUNT", "SLURM_ACCOUNT")),
     _o("array", "a", "INDEXES", "B", HONOURED, "job array: 0-15, 1,3,7, 0-20:4, with %N to run at most N at once",
        field="array", convert=_model_checked("array", parse_array), env=("SBATCH_ARRAY_INX",)),
-    _o("begin", "b", "TIME", "BRA", HONOURED, f"start no earlier than TIME ({units.BEGIN_TIME_FORMS})",
+    _o("begin", "b", "TIME", "BRA", HONOURED, "start no earlier than TIME (now+60, 16:00, tomorrow, 2026-07-01T08:00)",
        field="begin_time", convert=_time_point("begin_time")),
     _o("chdir", "D", "DIR", "BRA", HONOURED, "working directory of the job (default: the current directory)",
        field="work_dir", convert=_chdir, env=("SLURM_WORKING_DIR", "SLURM_REMOTE_CWD")),
@@ -658,6 +658,20 @@ def _check_table() -> None:
 
 def entries_for(program: str) -> list[JobOption]:
     return [entry for entry in OPTIONS if program in entry.programs()]
+
+
+def help_options(program: str) -> list[Option]:
+    """What --help lists: the options Spur honours or records (the ignored and refused ones are in docs/cli.md)."""
+    shown = [e for e in entries_for(program) if e.disposition_for(program)[0] in (HONOURED, RECORDED)]
+    return [entry.option() for entry in shown] + INFO
+
+
+def help_footer(program: str) -> str:
+    others = [e for e in entries_for(program) if e.disposition_for(program)[0] in (IGNORED, REFUSED)]
+    return (
+        f"\n{len(others)} more of Slurm's {program} options are accepted with a warning or refused with the reason "
+        "(docs/cli.md lists them all)."
+    )
 
 
 def options_for(program: str) -> list[Option]:

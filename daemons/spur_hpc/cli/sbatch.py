@@ -211,7 +211,11 @@ def check_one_line_fields(spec: dict[str, Any]) -> None:
 
 def main(argv: list[str], program: str = PROGRAM) -> int:
     command_line, positionals = jobopts.parse_job_options(PROGRAM, argv, dict(os.environ), shown_as=program)
-    if commandline.answer_info_flags(program, command_line.values, SYNOPSIS, "Submit a batch job.", OPTIONS):
+    if commandline.answer_info_flags(
+        program, command_line.values, SYNOPSIS, "Submit a batch job.", jobopts.help_options(PROGRAM)
+    ):
+        if command_line.get("help"):
+            print(jobopts.help_footer(PROGRAM))
         return 0
     script, source, default_name = read_script(command_line.get("wrap"), positionals)
     check_script(script, source)
