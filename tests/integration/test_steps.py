@@ -97,3 +97,39 @@ def test_srun_inside_sbatch_runs_four_tasks_over_two_nodes_and_exits_with_the_wo
         "3: task 3 of 4 on sn2 node 1 local 1 step 0",
     ], output
     assert "srun exit 3" in output
+
+
+def test_steps_are_listed_by_squeue_s_cancelled_by_scancel_n_m_and_shown_by_scontrol(agents, shell) -> None:
+    job_id = submit(
+        shell,
+        "-N",
+        "2",
+        "-n",
+        "2",
+        "-J",
+        "stepper",
+        script='#!/bin/sh\nsrun -n 2 sleep 300\necho "srun exit $?"\nsleep 0.5\necho after\n',
+    )
+    step = f"{job_id}.0"
+
+    def listed() -> list[str]:
+        return shell("squeue", "-s", "-h").stdout.splitlines()
+
+    lines = wait_until(lambda: [x for x in listed() if x.split()[0] == step], 30, "the step to be listed")
+    assert lines[0].split()[1:4] == ["sleep", "default", shell.env.get("USER") or lines[0].split()[3]]
+    assert lines[0].split()[-1] == "sn[1-2]"
+    assert [x.split()[0] for x in listed()] == [f"{job_id}.batch", step]
+    header = shell("squeue", "-s").stdout.splitlines()[0]
+    assert header.split() == ["STEPID", "NAME", "PARTITION", "USER", "TIME", "NODELIST"]
+    running = shell("scontrol", "show", "step", step).stdout
+    assert "State=RUNNING" in running and "Tasks=2" in running and "NodeList=sn[1-2]" in running, running
+
+    shell("scancel", step)
+    wait_state(shell, job_id, ("COMPLETED",))
+    output = (shell.work / f"slurm-{job_id}.out").read_text()
+    assert "srun exit 143" in output and "after" in output, output  # the step ended; the batch script went on
+    shown = shell("scontrol", "show", "step", step).stdout
+    assert "State=CANCELLED" in shown, shown
+    assert shell("squeue", "-s", "-h", "-j", str(job_id)).stdout == ""
+    bad = shell("scancel", f"{job_id}.x", check=False)
+    assert bad.returncode == 1 and "invalid step id" in bad.stderr

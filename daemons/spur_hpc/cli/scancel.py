@@ -55,6 +55,8 @@ def parse_targets(items: list[str]) -> list[tuple[int, str]]:
 
     targets: list[tuple[int, str]] = []
     for item in items:
+        if "." in item:  # N.M: a step (main cancels those through CancelJob's step_id)
+            continue
         base, underscore, tasks = item.strip().partition("_")
         if not underscore:
             targets.extend((job_id, "") for job_id in commandline.parse_job_ids([item]))
@@ -90,11 +92,14 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     values, positionals = parse(program, OPTIONS, argv)
     if commandline.answer_info_flags(program, values, SYNOPSIS, "Cancel jobs or signal them.", OPTIONS):
         return 0
+    from spur_hpc.cli import stepview
+
+    steps = [stepview.parse_step_reference(item) for item in positionals if "." in item]
     named = parse_targets(positionals)
     job_ids = [job_id for job_id, tasks in named if not tasks]
     signal = parse_signal(values["signal"]) if values["signal"] else 0
     has_filter = values["me"] or any(values[k] for k in ("users", "names", "states", "partitions"))
-    if not named and not has_filter:
+    if not named and not steps and not has_filter:
         raise CliError("no job identification provided: give job ids or a filter like -u USER; see --help")
 
     from spur_hpc.cli import caller
@@ -107,11 +112,15 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         commandline.resolve_cluster(client, values["clusters"])
     targets = [(job_id, "") for job_id in _targets(client, values, job_ids, me if values["me"] else None)]
     targets += [(job_id, tasks) for job_id, tasks in named if tasks]  # a filter does not narrow named tasks
+    targets += [(job_id, f".{step}") for job_id, step in steps]
     quiet, verbose = values["quiet"], values["verbose"]
     failures = 0
     for index, (job_id, tasks) in enumerate(targets):
         request = {"job_id": job_id, "signal": signal, "requested_by": me, "array_tasks": tasks}
         label = f"{job_id}_{tasks}" if tasks.isdigit() else f"{job_id}_[{tasks}]" if tasks else str(job_id)
+        if tasks.startswith("."):  # a step: N.M
+            request = {"job_id": job_id, "signal": signal, "requested_by": me, "step_id": tasks[1:]}
+            label = f"{job_id}{tasks}"
         try:
             reply = client.call("CancelJob", request, write=True)
         except RpcError as exc:

@@ -27,6 +27,7 @@ DESCRIPTION = """Commands:
   show node[s] [NAME]                               nodes as Key=Value records
   show job[s] [ID]                                  jobs as Key=Value records (finished jobs too)
   update NodeName=NODES State=STATE [Reason=TEXT]   STATE is DRAIN, RESUME (or IDLE, UNDRAIN) or DOWN;
+  show step[s] [ID.STEP]                            job steps as Key=Value records (running jobs' steps)
                                                     DRAIN and DOWN need a Reason; NODES may be a hostlist
   update JobId=IDS KEY=VALUE...                      change pending jobs: TimeLimit, Partition, Dependency,
                                                     NumCPUs, NumTasks, Nice, Name (TimeLimit of running ones)
@@ -113,7 +114,29 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
             now = time.time()
             _print_records([jobview.show_job_lines(j, now) for j in jobs], values["oneliner"])
         return 0
-    raise CliError(f"cannot show '{args[0]}': use node, nodes, job, jobs or config")
+    if what in ("step", "steps"):
+        from spur_hpc.cli import stepview
+
+        if rest:
+            job_id, step_id = stepview.parse_step_reference(rest[0])
+            try:
+                job = client.call("GetJob", {"job_id": job_id})
+            except RpcError as exc:
+                if exc.code == "NOT_FOUND":
+                    raise CliError(f"Invalid job id specified: {job_id}") from None
+                raise
+            pairs = [(job, step) for step in job.steps if step.step_id == step_id]
+            if not pairs:
+                raise CliError(f"Invalid job id specified: job {job_id} has no step {step_id}")
+        else:
+            pairs = stepview.running_steps(list(client.call("ListJobs", {"states": ["RUNNING"], "brief": True}).jobs))
+            if not pairs:
+                print("No steps in the system")
+                return 0
+        now = time.time()
+        _print_records([stepview.show_step_lines(job, step, now) for job, step in pairs], values["oneliner"])
+        return 0
+    raise CliError(f"cannot show '{args[0]}': use node, nodes, job, jobs, step, steps or config")
 
 
 def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:

@@ -38,6 +38,7 @@ OPTIONS = [
     Option("noconvert", "", "noconvert", help="accepted for compatibility (sizes are shown in megabytes)"),
     Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
     Option("json", "", "json", help="print the jobs as JSON"),
+    Option("steps", "s", "steps", "STEPS", "job steps instead of jobs (optionally only N.M,...)", optional=True),
     *commandline.INFO_OPTIONS,
 ]
 SYNOPSIS = "[-h] [-j IDS] [-u USERS] [-t STATES] [-p PARTITIONS] [-n NAMES] [-o FORMAT] [-l] [--json]"
@@ -132,6 +133,23 @@ def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str
     return request, None if job_ids else ["PENDING", "RUNNING", "COMPLETING"]
 
 
+def show_steps(client: Any, request: dict[str, Any], values: dict[str, Any]) -> int:
+    """squeue -s: the running steps of the selected jobs (N.batch and N.0, N.1, ...), or of those named."""
+    from spur_hpc.cli import stepview
+
+    wanted = None
+    if isinstance(values["steps"], str):
+        wanted = {stepview.parse_step_reference(part) for part in gather([values["steps"]])}
+        request["job_ids"] = sorted({job_id for job_id, _step in wanted} | set(request["job_ids"]))
+    request["states"], request["brief"] = ["RUNNING"], True
+    jobs = sorted(client.call("ListJobs", request).jobs, key=lambda job: job.job_id)
+    pairs = stepview.running_steps(jobs)
+    if wanted is not None:
+        pairs = [(job, step) for job, step in pairs if (job.job_id, step.step_id) in wanted]
+    commandline.print_lines(stepview.squeue_step_lines(pairs, not values["noheader"], time.time()))
+    return 0
+
+
 def main(argv: list[str], program: str = PROGRAM) -> int:
     values, positionals = parse(program, OPTIONS, argv)
     if commandline.answer_info_flags(program, values, SYNOPSIS, "Show jobs in the queue.", OPTIONS):
@@ -156,6 +174,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     from spur_hpc.cli.controller import ControllerClient
 
+    if values["steps"]:
+        return show_steps(ControllerClient(), request, values)
     client = ControllerClient()
     cluster = commandline.resolve_cluster(client, values["clusters"]) if values["clusters"] else ""
     reply = client.call("ListJobs", request)

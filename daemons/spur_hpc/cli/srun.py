@@ -371,6 +371,9 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     job_text = values.get("jobid")
     if job_text:
         job_id = _job_id(str(job_text))
+        if parsed.sources.get("job_name") == "SLURM_JOB_NAME":
+            # As in Slurm: inside an allocation the batch job's name is not each step's name.
+            values["job_name"] = None
         return run_step(client, job_id, values, command, environ)
     from spur_hpc.cli import salloc
 

@@ -12,6 +12,7 @@ import grpc
 from spur_hpc import buildinfo, grpcutil
 from spur_hpc.controller import errors, placement
 from spur_hpc.controller.service import ControllerService, copy_job
+from spur_hpc.controller.steplaunch import step_to_pb, steps_key, steps_to_pb
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import spec_from_pb, spec_to_pb
 
@@ -84,7 +85,11 @@ JOB_RECORD_FIELDS = {
 def job_to_pb(job: dict[str, Any], brief: bool = False) -> slurm_pb2.Job:
     fields = {f: job.get(f, default) for f, default in JOB_RECORD_FIELDS.items()}
     return slurm_pb2.Job(
-        job_id=job["job_id"], spec=spec_to_pb(job["spec"], brief), state=_JOB_STATES[job["state"]], **fields
+        job_id=job["job_id"],
+        spec=spec_to_pb(job["spec"], brief),
+        state=_JOB_STATES[job["state"]],
+        steps=steps_to_pb(job),
+        **fields,
     )
 
 
@@ -92,7 +97,8 @@ def _brief_key(job: dict[str, Any]) -> tuple:
     """What job_to_pb reads of a job: its state, the revision of its spec (scontrol update raises it) and
     every field of JOB_RECORD_FIELDS (lists as tuples, so the key compares by value)."""
     values = (job.get(f, default) for f, default in JOB_RECORD_FIELDS.items())
-    return (job["state"], job.get("spec_rev", 0), *(tuple(v) if isinstance(v, list) else v for v in values))
+    steps = steps_key(job)
+    return (job["state"], job.get("spec_rev", 0), steps, *(tuple(v) if isinstance(v, list) else v for v in values))
 
 
 class BriefJobList:
@@ -350,6 +356,11 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def CancelJob(self, request, context):
         self._require_job_owner(self.node.authz.caller(context), request.job_id, "cancel job")
+        if request.step_id:  # scancel N.M, srun's Ctrl-C: the step's supervisors, through the leader
+            self.service.require_leader()
+            self.node.duties.steps.signal(request.job_id, request.step_id, request.signal)
+            job = self.service.get_job(request.job_id)
+            return slurm_pb2.CancelJobReply(job=job_to_pb(job, brief=True))
         result = self.service.cancel(request.job_id, request.signal, request.requested_by, request.array_tasks)
         if "signal" in result and isinstance(result["signal"], list):  # an array: each running task named
             self._signal_tasks(result["signal"], request.signal)
@@ -376,6 +387,22 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         )
         self.node.poke_scheduler()
         return slurm_pb2.CompleteJobReply(accepted=accepted)
+
+    @rpc
+    def CreateStep(self, request, context):
+        step, job = self.node.duties.steps.create(self.node.authz.caller(context), request)
+        return slurm_pb2.CreateStepReply(step=step_to_pb(step), job=job_to_pb(job, brief=True))
+
+    @rpc
+    def CompleteStep(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "report step completions")
+        return slurm_pb2.CompleteStepReply(accepted=self.node.duties.steps.complete(request))
+
+    @rpc
+    def EndAllocation(self, request, context):
+        self._require_job_owner(self.node.authz.caller(context), request.job_id, "end job")
+        job = self.node.duties.steps.end_allocation(request.job_id, request.exit_code, request.signal)
+        return job_to_pb(job, brief=True)
 
     def _signal_tasks(self, targets: list, signal: int) -> None:
         """Deliver a cancel (0) or a signal to running array tasks [[job_id, attempt, nodes], ...]."""

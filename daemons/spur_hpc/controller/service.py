@@ -581,6 +581,8 @@ def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
+        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}
 def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
     node = s.nodes.get(name)
     if node is None:
