@@ -373,3 +373,19 @@ def test_a_chain_of_dependencies_back_to_a_job_is_found():
     c = submit(s, dependency=f"afterany:{b}")
     assert eligibility.dependency_path(s, [c], a) == [c, b, a]
     assert eligibility.dependency_path(s, [a], c) == []
+
+
+def test_a_job_its_node_lost_is_requeued_when_the_leader_asks_and_the_level_reads_it():
+    for level, expected in ((3, "PENDING"), (2, "NODE_FAIL")):
+        s = cluster(level=level)
+        job = submit(s)
+        start(s, job)
+        lost = rec("job_end", job_id=job, attempt=1, state="NODE_FAIL", exit_code=0, signal=0, time=50.0,
+                   reason="the agent on n1 lost the job", requeue=True)  # fmt: skip
+        assert s.apply(lost)["state"] == expected
+        assert s.jobs[job]["state"] == expected and s.nodes["n1"]["alloc_cpus"] == 0
+    reported = cluster()
+    job = submit(reported)
+    start(reported, job)
+    end(reported, job, state="NODE_FAIL")
+    assert reported.jobs[job]["state"] == "NODE_FAIL", "an agent's own NODE_FAIL report ends the job"

@@ -239,6 +239,7 @@ class LeaderDuties:
                     signal=0,
                     time=self.service.clock(),
                     reason=f"the agent on {node} lost the job",
+                    requeue=True,  # its node failed under it (a reboot): a requeue-able batch job runs again
                 )
             else:
                 self._launch_failed(job_id, attempt, node, f"the agent on {node} never started it")

@@ -442,6 +442,12 @@ class ClusterState(StepOps):
             return err("invalid", f"{state} is not an end state")
         if job["cancel_requested"] and state != NODE_FAIL:
             state = CANCELLED
+        # The leader's NODE_FAIL of a job its node lost (the agent came back without it) may ask for a requeue;
+        # a release before level 3 does not read the field, so it is judged only from level 3 on.
+        if state == NODE_FAIL and r.get("requeue") and self.wal_level >= 3:
+            if requeueable(job) and not job["cancel_requested"]:
+                self._requeue(job, float(r["time"]), hold=False)
+                return ok(accepted=True, state=PENDING)
         self._finish(
             job, state, float(r["time"]), int(r.get("exit_code", 0)), int(r.get("signal", 0)), r.get("reason", "")
         )
