@@ -80,4 +80,4 @@ protos: setup
 	$(BIN)/python tools/gen_protos.py
 
 clean:
-	rm -rf $(VENV) .venv-clients .venv-clients.lock .spur-demo .pytest_cache
+	rm -rf $(VENV) .venv-clients .spur-demo .pytest_cache

@@ -2,8 +2,9 @@
 PyPI at the pins of constraints.txt and used unchanged, against 3 controllers and 2 agents on loopback with
 accounting in a real PostgreSQL (sacct answers from it; submitit and snakemake poll sacct).
 
-- `.venv-clients` at the repo root holds the clients, built once per content of constraints.txt (a stamp file
-  named by its hash) with `pip install -c constraints.txt`; a rerun reuses it. The clients run in their own
+- `.venv-clients/HASH` at the repo root holds the clients, built once per content of constraints.txt (HASH
+  is its hash, with the packages asked for and the Python version) with `pip install -c constraints.txt`; a
+  rerun reuses it. The clients run in their own
   interpreter, as a user's would; Spur's venv never sees them.
 - `slurm_site` is the cluster as the clients see it: a bin/ directory first on PATH holding Slurm's command
   names (shim.py, one copy each), which log every call and run Spur's command of that name from Spur's venv
@@ -48,21 +49,29 @@ AGENTS = 2
 
 
 def constraints_hash() -> str:
-    return hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    """What the venv depends on: the pins, the packages asked for, and the Python that runs them."""
+    key = CONSTRAINTS.read_bytes() + repr((CLIENT_PACKAGES, sys.version_info[:3])).encode()
+    return hashlib.sha256(key).hexdigest()[:16]
 
 
 def build_client_venv() -> Path:
-    """.venv-clients/bin/python with the pinned clients; built only when constraints.txt changed."""
-    python = CLIENT_VENV / "bin" / "python"
-    stamp = CLIENT_VENV / f".constraints-{constraints_hash()}"
-    with open(REPO / ".venv-clients.lock", "w") as lock:
+    """The clients' Python, in .venv-clients/HASH: built only when what it depends on changed. Each hash has
+    a directory of its own, so a rebuild never pulls a venv from under a test session that still runs it."""
+    root = CLIENT_VENV / constraints_hash()
+    python, stamp = root / "bin" / "python", root / ".complete"
+    CLIENT_VENV.mkdir(exist_ok=True)
+    with open(CLIENT_VENV / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes at once build it once
         if stamp.exists() and python.exists():
             return python
-        shutil.rmtree(CLIENT_VENV, ignore_errors=True)
+        for old in CLIENT_VENV.iterdir():  # venvs of other pins, and a build that was interrupted
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            elif old.name != lock.name.rsplit("/", 1)[-1]:
+                old.unlink()
         base = getattr(sys, "_base_executable", sys.executable)
         steps = [
-            [base, "-m", "venv", str(CLIENT_VENV)],
+            [base, "-m", "venv", str(root)],
             [str(python), "-m", "pip", "install", "--quiet", "-c", str(CONSTRAINTS), *CLIENT_PACKAGES],
         ]
         deadline = time.monotonic() + VENV_BUILD_SECS
@@ -72,11 +81,11 @@ def build_client_venv() -> Path:
                     argv, capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic())
                 )
             except subprocess.TimeoutExpired:
-                pytest.fail(f"building {CLIENT_VENV} took over {VENV_BUILD_SECS} s at: {' '.join(argv)}", False)
+                pytest.fail(f"building {root} took over {VENV_BUILD_SECS} s at: {' '.join(argv)}", False)
             if done.returncode != 0:
-                shutil.rmtree(CLIENT_VENV, ignore_errors=True)
+                shutil.rmtree(root, ignore_errors=True)
                 pytest.fail(
-                    f"building {CLIENT_VENV} failed at: {' '.join(argv)} (exit {done.returncode})\n"
+                    f"building {root} failed at: {' '.join(argv)} (exit {done.returncode})\n"
                     f"{done.stdout[-3000:]}{done.stderr[-5000:]}",
                     False,
                 )
