@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentProc
+from agents import AgentProc, pid_alive
 from harness import BIN, ControllerCluster, wait_until
 
 pytestmark = pytest.mark.slow
@@ -133,3 +133,42 @@ def test_steps_are_listed_by_squeue_s_cancelled_by_scancel_n_m_and_shown_by_scon
     assert shell("squeue", "-s", "-h", "-j", str(job_id)).stdout == ""
     bad = shell("scancel", f"{job_id}.x", check=False)
     assert bad.returncode == 1 and "invalid step id" in bad.stderr
+
+
+def test_a_step_outlives_a_spurd_restart_with_the_same_supervisor_and_its_end_is_reported_after(agents, shell) -> None:
+    job_id = submit(
+        shell,
+        "-N",
+        "2",
+        "-n",
+        "2",
+        script="#!/bin/sh\n"
+        "srun -l sh -c 'while [ ! -e go ]; do sleep 0.2; done; echo done $SLURM_PROCID; exit 4'\n"
+        'echo "srun exit $?"\n',
+    )
+    second = agents[1]  # it runs only the step's part (the batch script is on the first node)
+
+    def step_supervisor() -> int:
+        held = [r for r in second.status()["running_jobs"] if r["job_id"] == job_id]
+        return held[0]["supervisor_pid"] if held else 0
+
+    pid = wait_until(step_supervisor, 30, "the step's supervisor on the second node")
+    second.stop()
+    assert pid_alive(pid), "stopping spurd must not stop the step's supervisor"
+    (shell.work / "go").write_text("")  # the tasks end while that spurd is down
+    time.sleep(2)
+    second.start()
+    assert step_supervisor() in (pid, 0)  # re-adopted: the same supervisor (or already collected)
+    wait_state(shell, job_id, ("COMPLETED",))
+    output = (shell.work / f"slurm-{job_id}.out").read_text().splitlines()
+    assert sorted(line for line in output if line[:1].isdigit()) == ["0: done 0", "1: done 1"], output
+    assert "srun exit 4" in output
+    shown = wait_until(
+        lambda: (text := shell("scontrol", "show", "step", f"{job_id}.0").stdout) and "State=FAILED" in text and text,
+        30,
+        "the step's end to be recorded",
+    )
+    assert "ExitCode=4:0" in shown
+    assert (
+        f"re-adopted job {job_id} attempt 1" in second.log_text() or "ended while spurd was down" in second.log_text()
+    )
