@@ -20,7 +20,7 @@ CASES = [
     (slurm.squeue_main, ["-j", "abc"], ["invalid job id 'abc'", "positive numbers"]),
     (slurm.squeue_main, ["-j", "5,x7"], ["invalid job id 'x7'"]),
     (slurm.squeue_main, ["-t", "SLEEPING"], ["invalid job state 'SLEEPING'", "PD (PENDING)"]),
-    (slurm.squeue_main, ["-o", "%.5i %Q"], ["unknown format specifier %Q", "%.5i %Q"]),
+    (slurm.squeue_main, ["-o", "%.5i %!"], ["unknown format specifier %!", "%.5i %!"]),
     (slurm.squeue_main, ["-o"], ["option '-o' needs a value"]),
     (slurm.squeue_main, ["extra"], ["unexpected argument 'extra'"]),
     (slurm.sinfo_main, ["-t", "sleepy"], ["invalid node state 'sleepy'"]),

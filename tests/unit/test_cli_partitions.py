@@ -48,7 +48,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_scontrol_show_partition_one_line_each(cluster, capsys) -> None:
-    assert slurm.scontrol_main(["show", "part", "-o"]) == 0 or slurm.scontrol_main(["-o", "show", "part"]) == 0
+    assert slurm.scontrol_main(["show", "part", "-o", "-M", "spur"]) == 0  # options after the command, as OOD
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("PartitionName=default AllowGroups=ALL") and out[1].startswith("PartitionName=gpu ")
     assert slurm.scontrol_main(["show", "partition", "nope"]) == 1
@@ -58,3 +58,28 @@ def test_scontrol_show_partition_one_line_each(cluster, capsys) -> None:
 def test_sinfo_answers_open_ondemands_question(cluster, capsys) -> None:
     assert slurm.sinfo_main(["-aho", "%F/%C"]) == 0
     assert capsys.readouterr().out == "1/2/1/4/1/15/4/20\n"  # without a partition column: the whole cluster
+
+
+def test_open_ondemands_cluster_questions(cluster, capsys) -> None:
+    """ood_core's get_cluster_info: sinfo -aho %A/%D/%C, and sinfo -ahNO ,nodehost,gres:N,gresused:N."""
+    assert slurm.sinfo_main(["-aho", "%A/%D/%C"]) == 0
+    assert capsys.readouterr().out.strip().split("/") == ["1", "2", "4", "1", "15", "4", "20"]
+    assert slurm.sinfo_main(["-ahNO", ",nodehost,gres:12,gresused:12"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["g1", "gpu:2", "(null)"] in lines and len(lines) == 4
+
+
+def test_open_ondemands_squeue_letters_are_all_known(cluster, capsys) -> None:
+    letters = "aABcCdDeEfFgGhHiIjJkKlLmMnNoOqPQrStTuUvVwWxXyYzZb"
+    fmt = "\x1e" + "\x1f".join(f"%{letter}" for letter in letters)
+    assert slurm.squeue_main(["--all", "--states=all", "--noconvert", "-M", "spur", "-o", fmt]) == 0
+    out = capsys.readouterr().out
+    records = out.split("\x1e")
+    assert records[0] == "CLUSTER: spur\n" and records[1].split("\x1f")[0] == "ACCOUNT"
+    assert all(len(r.split("\x1f")) == len(letters) for r in records[1:])
+
+
+def test_show_partition_tokens_are_all_key_value(cluster, capsys) -> None:
+    assert slurm.scontrol_main(["show", "part", "-o"]) == 0
+    for line in capsys.readouterr().out.splitlines():
+        assert all("=" in token and token.split("=", 1)[1] for token in line.split(" ")), line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from spur_hpc import model
 from spur_hpc.cli import slurmformat, units
-from spur_hpc.cli.runner import CliError, printable
+from spur_hpc.cli.runner import printable
 from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
@@ -70,6 +70,21 @@ SQUEUE_TITLES = {
     "B": "EXEC_HOST",
     "c": "MIN_CPUS",
     "g": "GROUP",
+    "b": "TRES_PER_NODE",
+    "d": "MIN_TMP_DISK",
+    "h": "OVER_SUBSCRIBE",
+    "H": "SOCKETS_PER_NODE",
+    "I": "CORES_PER_SOCKET",
+    "J": "THREADS_PER_CORE",
+    "O": "CONTIGUOUS",
+    "p": "PRIORITY",
+    "Q": "PRIORITY",
+    "v": "RESERVATION",
+    "W": "LICENSES",
+    "X": "CORE_SPEC",
+    "Y": "SCHEDNODES",
+    "z": "S:C:T",
+    "s": "SELECT",
 }
 
 
@@ -115,6 +130,13 @@ def array_task_text(job: Any) -> str:
     if job.array_pending:
         return job.array_pending + (f"%{job.array_max_running}" if job.array_max_running else "")
     return str(job.array_task_id)
+
+
+def tres_per_node(spec: Any) -> str:
+    """%b: the counted resources asked for on each node, as Slurm writes them (gres:gpu:2), or N/A."""
+    items = [f"gres:{item}" for item in spec.gres.split(",") if item] if spec.gres else []
+    items += [f"gres:gpu:{spec.gpus_per_node}"] if spec.gpus_per_node else []
+    return ",".join(items) or "N/A"
 
 
 def group_name(gid: int) -> str:
@@ -208,6 +230,22 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
         return str(max(1, job.spec.cpus_per_task))
     if letter == "g":
         return group_name(job.spec.gid)
+    if letter == "b":
+        return tres_per_node(job.spec)
+    if letter in ("d", "O"):
+        return "0"
+    if letter == "h":
+        return "NO" if job.spec.exclusive else "OK"
+    if letter in ("H", "I", "J"):
+        return "*"
+    if letter == "z":
+        return "*:*:*"
+    if letter in ("p", "Q"):  # Spur orders by nice, then job id: no priority number of its own
+        return "0.00000000" if letter == "p" else "0"
+    if letter in ("v", "W", "Y"):
+        return "(null)"
+    if letter in ("X", "s"):
+        return "N/A"
     if letter == "j":
         return job.spec.name
     if letter == "u":
@@ -290,39 +328,20 @@ FORMAT_EXTRA = {
     "deadline": ("DEADLINE", lambda job, now: units.format_timestamp(job.spec.deadline, "N/A")),
     "timemin": ("TIME_MIN", lambda job, now: units.format_limit(job.spec.time_min_secs, "0:00")),
     "cluster": ("CLUSTER", lambda job, now: job.spec.cluster_name or "N/A"),
+    "tres-per-node": ("TRES_PER_NODE", lambda job, now: tres_per_node(job.spec)),
 }
-DEFAULT_FIELD_WIDTH = 20  # a -O field without :size
 
 
 def format_fields_lines(jobs: list[Any], text: str, header: bool, now: float, program: str = "squeue") -> list[str]:
-    """squeue -O 'JobID:\x1f,State:.10,Name': each field type[:[.][size][suffix]] (no :size: 20 wide; an
-    empty size: as wide as the value). The suffix is copied after the field (Open OnDemand splits on it)."""
-    columns: list[slurmformat.Column] = []
-    titles: dict[str, str] = {}
-    for item in text.split(","):
-        name, colon, spec = item.partition(":")
-        key = name.strip().lower()
-        if key not in FORMAT_FIELDS and key not in FORMAT_EXTRA:
-            known = ", ".join(sorted(set(FORMAT_FIELDS) | set(FORMAT_EXTRA)))
-            raise CliError(f"unknown -O field '{name}'; {program} knows {known}")
-        titles[key] = (FORMAT_FIELDS.get(key) or FORMAT_EXTRA[key])[0]
-        right = spec.startswith(".")
-        spec = spec[1:] if right else spec
-        digits = spec[: len(spec) - len(spec.lstrip("0123456789"))]
-        suffix = spec[len(digits) :]
-        width = slurmformat.parse_width(digits, f"-O field '{item}'") if digits else None
-        if not colon:
-            width = DEFAULT_FIELD_WIDTH
-        columns.append(slurmformat.Column(key, width or None, right))
-        if suffix:
-            columns.append(slurmformat.Column("", None, False, suffix))
-        elif not colon or width:
-            columns.append(slurmformat.Column("", None, False, " "))
+    """squeue -O: Slurm's field names (slurmformat.parse_fields reads the items)."""
+    names = {name: (title, letter) for name, (title, letter) in FORMAT_FIELDS.items()}
+    names.update({name: (title, name) for name, (title, _value) in FORMAT_EXTRA.items()})
+    columns, titles = slurmformat.parse_fields(program, text, names)
 
     def value_of(key: str, job: Any) -> str:
-        if key in FORMAT_FIELDS:
-            return squeue_value(FORMAT_FIELDS[key][1], job, now)
-        return FORMAT_EXTRA[key][1](job, now)
+        if key in FORMAT_EXTRA:
+            return FORMAT_EXTRA[key][1](job, now)
+        return squeue_value(key, job, now)
 
     return slurmformat.render(columns, jobs, value_of, titles, header)
 

@@ -66,11 +66,12 @@ SINFO_TITLES = {
     "e": "FREE_MEM",
     "v": "VERSION",
     "F": "NODES(A/I/O/T)",
+    "A": "NODES(A/I)",
     "f": "AVAIL_FEATURES",
     "G": "GRES",
 }
 # letters summed or listed over a group of nodes; every other letter splits groups
-_AGGREGATE_LETTERS = frozenset("DNnCF")
+_AGGREGATE_LETTERS = frozenset("DNnCFA")
 _UNAVAILABLE = ("DOWN", "DRAINED", "DRAINING")
 
 
@@ -139,7 +140,26 @@ def _node_value(letter: str, node: Any) -> str:
         return features_text(node)
     if letter == "G":
         return gres_text(node.resources)
+    if letter == "gresused":
+        return gres_text(node.allocated)
+    if letter == "allocmem":
+        return str(node.allocated.memory_mb)
+    if letter == "nodeaddr":
+        return model.address_host(node.address) if node.address else node.name
     raise KeyError(letter)
+
+
+# sinfo -O/--Format: Slurm's field names -> (title, the -o letter or key that prints it)
+FORMAT_FIELDS = {
+    "allocmem": ("ALLOCMEM", "allocmem"), "available": ("AVAIL", "a"), "cpus": ("CPUS", "c"),
+    "cpusload": ("CPU_LOAD", "O"), "cpusstate": ("CPUS(A/I/O/T)", "C"), "features": ("AVAIL_FEATURES", "f"),
+    "features_act": ("ACTIVE_FEATURES", "f"), "freemem": ("FREE_MEM", "e"), "gres": ("GRES", "G"),
+    "gresused": ("GRES_USED", "gresused"), "memory": ("MEMORY", "m"), "nodeaddr": ("NODE_ADDR", "nodeaddr"),
+    "nodehost": ("HOSTNAMES", "n"), "nodelist": ("NODELIST", "N"), "nodes": ("NODES", "D"),
+    "partition": ("PARTITION", "P"), "partitionname": ("PARTITION", "R"), "reason": ("REASON", "E"),
+    "statecompact": ("STATE", "t"), "statelong": ("STATE", "T"), "time": ("TIMELIMIT", "l"),
+    "timestamp": ("TIMESTAMP", "H"), "user": ("USER", "u"), "version": ("VERSION", "v"),
+}  # fmt: skip
 
 
 def _group_value(letter: str, nodes: list[Any]) -> str:
@@ -155,6 +175,10 @@ def _group_value(letter: str, nodes: list[Any]) -> str:
         )
         idle = total - allocated - other
         return f"{allocated}/{idle}/{other}/{total}"
+    if letter == "A":  # nodes allocated (in part or whole) / idle
+        busy = sum(state_name(n) in ("ALLOCATED", "MIXED") for n in nodes)
+        idle = sum(state_name(n) == "IDLE" for n in nodes)
+        return f"{busy}/{idle}"
     if letter == "F":  # nodes allocated (in part or whole) / idle / other (down, drained) / total
         states = [state_name(n) for n in nodes]
         other = sum(state in _UNAVAILABLE for state in states)
@@ -164,10 +188,20 @@ def _group_value(letter: str, nodes: list[Any]) -> str:
 
 
 def sinfo_lines(
-    nodes: list[Any], format_text: str, header: bool, node_oriented: bool = False, program: str = "sinfo"
+    nodes: list[Any],
+    format_text: str,
+    header: bool,
+    node_oriented: bool = False,
+    program: str = "sinfo",
+    fields_text: str = "",
 ) -> list[str]:
-    """Nodes with equal values in every non-aggregate column share a line (partition, then first node name)."""
-    columns = slurmformat.parse(program, format_text, SINFO_TITLES)
+    """Nodes with equal values in every non-aggregate column share a line (partition, then first node name).
+    fields_text: -O field names instead of the -o format."""
+    titles = SINFO_TITLES
+    if fields_text:
+        columns, titles = slurmformat.parse_fields(program, fields_text, FORMAT_FIELDS)
+    else:
+        columns = slurmformat.parse(program, format_text, SINFO_TITLES)
     keys = [c.letter for c in columns if c.letter and c.letter not in _AGGREGATE_LETTERS]
     ordered = sorted(nodes, key=lambda n: (partition(n) != DEFAULT_PARTITION, partition(n), _natural(n.name)))
     groups: list[list[Any]] = []
@@ -181,7 +215,7 @@ def sinfo_lines(
                 index[key] = []
                 groups.append(index[key])
             index[key].append(node)
-    return slurmformat.render(columns, groups, _group_value, SINFO_TITLES, header)
+    return slurmformat.render(columns, groups, _group_value, titles, header)
 
 
 def _natural(name: str) -> tuple[str, int, str]:
@@ -207,6 +241,8 @@ def partition_records(nodes: list[Any]) -> list[list[str]]:
             f"   Nodes={model.compress_hostlist([n.name for n in members])}",
             "   State=UP",
             f"   TotalCPUs={sum(n.resources.cpus for n in members)} TotalNodes={len(members)}",
+            f"   TRES=cpu={sum(n.resources.cpus for n in members)},mem={sum(n.resources.memory_mb for n in members)}M,"
+            f"node={len(members)}",
             "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
         ]
         records.append([printable(line) for line in lines])

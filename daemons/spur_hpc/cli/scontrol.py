@@ -20,6 +20,7 @@ OPTIONS = [
     Option("quiet", "Q", "quiet", help="print no warnings"),
     Option("details", "d", "details", help="accepted for compatibility"),
     Option("json", "", "json", help="print shown records as JSON"),
+    commandline.CLUSTERS_OPTION,
     *commandline.INFO_OPTIONS,
 ]
 SYNOPSIS = "[-o] [--json] COMMAND [ARGS]"
@@ -236,7 +237,8 @@ def ping(client: Any) -> int:
 
 
 def main(argv: list[str], program: str = PROGRAM) -> int:
-    values, positionals = parse(program, OPTIONS, argv, stop_at_positional=True)
+    # options may follow the command, as getopt permutes them (Open OnDemand runs `scontrol show part -o -M X`)
+    values, positionals = parse(program, OPTIONS, argv)
     if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if not positionals:
@@ -265,6 +267,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     from spur_hpc.cli.controller import ControllerClient
 
     client = ControllerClient()
+    if values["clusters"]:
+        commandline.resolve_cluster(client, values["clusters"])
     if command == "show":
         return show(client, args, values)
     if command == "update":

@@ -33,6 +33,7 @@ OPTIONS = [
     Option("reasons", "R", "list-reasons", help="list down and drained nodes with their reasons"),
     Option("dead", "d", "dead", help="only nodes whose agent stopped responding"),
     Option("long", "l", "long", help="long format"),
+    Option("Format", "O", "Format", "FIELDS", "columns by name: NodeHost,CPUs,Gres:30 (type[:[.][size][suffix]])"),
     Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
     Option("json", "", "json", help="print the nodes as JSON"),
     *commandline.INFO_OPTIONS,
@@ -73,8 +74,9 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     partitions = gather(values["partitions"])
     as_json = commandline.wants_json(values["format"], values["json"])
     format_text, node_oriented = choose_format(values)
-    if not as_json:
-        nodeview.sinfo_lines([], format_text, False, node_oriented, program)  # a bad -o fails before any call
+    fields_text = values["Format"] or ""
+    if not as_json:  # a bad -o or -O fails before any call
+        nodeview.sinfo_lines([], format_text, False, node_oriented, program, fields_text)
 
     from spur_hpc.cli.controller import ControllerClient
 
@@ -87,5 +89,6 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if as_json:
         commandline.print_json({"nodes": [protocodec.to_jsonable(n, "Node") for n in nodes]})
         return 0
-    commandline.print_lines(nodeview.sinfo_lines(nodes, format_text, not values["noheader"], node_oriented, program))
+    header = not values["noheader"]
+    commandline.print_lines(nodeview.sinfo_lines(nodes, format_text, header, node_oriented, program, fields_text))
     return 0

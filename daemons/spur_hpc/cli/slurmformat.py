@@ -80,6 +80,39 @@ def parse(program: str, text: str, letters: dict[str, Any]) -> list[Column]:
     return columns
 
 
+DEFAULT_FIELD_WIDTH = 20  # a -O field without :size
+
+
+def parse_fields(program: str, text: str, fields: dict[str, tuple[str, str]]) -> tuple[list[Column], dict[str, str]]:
+    """squeue/sinfo -O 'JobID:\x1f,State:.10,Name': each item type[:[.][size][suffix]], type one of fields
+    (lower-case name -> (title, key)). No ':size': 20 wide; an empty size: as wide as the value; the suffix is
+    copied after the value (Open OnDemand splits on it). -> (columns keyed by key, titles by key)."""
+    columns: list[Column] = []
+    titles: dict[str, str] = {}
+    for item in text.split(","):
+        name, colon, spec = item.partition(":")
+        if not name.strip() and not colon:
+            continue  # an empty item (OOD's leading comma)
+        key_name = name.strip().lower()
+        if key_name not in fields:
+            raise CliError(f"unknown -O field '{name}'; {program} knows {', '.join(sorted(fields))}")
+        title, key = fields[key_name]
+        titles[key] = title
+        right = spec.startswith(".")
+        spec = spec[1:] if right else spec
+        digits = spec[: len(spec) - len(spec.lstrip("0123456789"))]
+        suffix = spec[len(digits) :]
+        width = parse_width(digits, f"-O field '{item}'") if digits else None
+        if not colon:
+            width = DEFAULT_FIELD_WIDTH
+        columns.append(Column(key, width or None, right))
+        if suffix:
+            columns.append(Column("", None, False, suffix))
+        elif not colon or width:
+            columns.append(Column("", None, False, " "))
+    return columns, titles
+
+
 def fit(value: str, width: int | None, right: bool) -> str:
     if width is None:
         return value
