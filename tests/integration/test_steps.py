@@ -172,3 +172,32 @@ def test_a_step_outlives_a_spurd_restart_with_the_same_supervisor_and_its_end_is
     assert (
         f"re-adopted job {job_id} attempt 1" in second.log_text() or "ended while spurd was down" in second.log_text()
     )
+
+
+def test_salloc_runs_a_command_in_an_allocation_whose_srun_steps_use_it_then_ends_it(agents, shell) -> None:
+    result = shell(
+        "salloc", "-N", "2", "-n", "2", "sh", "-c",
+        'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"; srun -l sh -c \'echo on $SLURMD_NODENAME\'; exit 3',
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    granted = [line for line in result.stderr.splitlines() if "Granted job allocation" in line]
+    assert granted, result.stderr
+    job_id = int(granted[0].split()[-1])
+    assert f"job {job_id} on sn[1-2]" in result.stdout
+    assert sorted(line for line in result.stdout.splitlines() if line[:1].isdigit()) == ["0: on sn1", "1: on sn2"]
+    assert f"Relinquishing job allocation {job_id}" in result.stderr
+    assert job_field(shell, job_id, "JobState") == "FAILED" and job_field(shell, job_id, "ExitCode") == "3:0"
+
+
+def test_srun_outside_an_allocation_gets_one_runs_its_step_there_and_ends_it(agents, shell) -> None:
+    result = shell(
+        "srun", "-N", "2", "-n", "4", "-l", "sh", "-c", "echo rank $SLURM_PROCID; exit $SLURM_NODEID", check=False
+    )
+    assert result.returncode == 1, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line[:1].isdigit()) == [
+        "0: rank 0", "1: rank 1", "2: rank 2", "3: rank 3",
+    ]  # fmt: skip
+    assert "task 2: Exited with exit code 1" in result.stderr
+    jobs = shell("squeue", "-h", "-t", "all", "-o", "%i %T").stdout.split()
+    assert jobs[-1] == "FAILED", jobs
