@@ -4,6 +4,7 @@ and the commands a user types (sbatch, srun, salloc, squeue -s, scancel N.M, sco
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -201,3 +202,30 @@ def test_srun_outside_an_allocation_gets_one_runs_its_step_there_and_ends_it(age
     assert "task 2: Exited with exit code 1" in result.stderr
     jobs = shell("squeue", "-h", "-t", "all", "-o", "%i %T").stdout.split()
     assert jobs[-1] == "FAILED", jobs
+
+
+def wait_ready(shell: Shell, count: int) -> None:
+    wait_until(lambda: all((shell.work / f"ready.{i}").exists() for i in range(count)), 30, "the tasks to start")
+
+
+def test_ctrl_c_sends_sigint_to_every_task_and_a_second_one_within_a_second_cancels_the_step(agents, shell) -> None:
+    catch = "trap 'echo caught $SLURM_PROCID; exit 7' INT; touch ready.$SLURM_PROCID; while :; do sleep 0.1; done"
+    srun = shell.popen("srun", "-N", "2", "-n", "2", "sh", "-c", catch)
+    wait_ready(shell, 2)
+    srun.send_signal(signal.SIGINT)
+    out, err = srun.communicate(timeout=60)
+    assert srun.returncode == 7, err
+    assert sorted(out.split()) == ["0", "1", "caught", "caught"], out
+    assert "interrupt (one more within 1 sec to abort)" in err
+
+    for i in range(2):
+        (shell.work / f"ready.{i}").unlink()
+    ignore = "trap '' INT; touch ready.$SLURM_PROCID; while :; do sleep 0.1; done"
+    srun = shell.popen("srun", "-N", "2", "-n", "2", "sh", "-c", ignore)
+    wait_ready(shell, 2)
+    srun.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    srun.send_signal(signal.SIGINT)
+    out, err = srun.communicate(timeout=60)
+    assert "forcing job termination" in err, err
+    assert srun.returncode == 128 + signal.SIGTERM, err
