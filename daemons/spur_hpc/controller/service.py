@@ -18,6 +18,7 @@ from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, Sta
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.model import (
     FINISHED_STATES,
+    NO_REASON,
     PENDING,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
@@ -335,7 +336,6 @@ class ControllerService:
         if problem:
             raise errors.InvalidArgument(problem)
 
-
     def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
         """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
         self._check_text("idempotency_key", key, 128)
@@ -355,7 +355,10 @@ class ControllerService:
         throttle), never written; under the state lock. Returns the record itself when nothing differs."""
         if job["state"] != PENDING:
             return job
-        reason = eligibility.waiting_reason(s, job, now, memo) or job["reason"]
+        reason = eligibility.waiting_reason(s, job, now, memo)
+        if reason is None and job["reason"] == NO_REASON:  # may start: is there room (placement.py)?
+            reason = placement.queue_reason(s, job, memo)
+        reason = reason or job["reason"]
         return job if reason == job["reason"] else {**job, "reason": reason}
 
     def get_job(self, job_id: int) -> dict[str, Any]:
@@ -578,11 +581,11 @@ def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     out = dict(job)
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
+    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
+        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}
     return out
 
 
-    if "steps" in job:  # each step record is changed in place by step_end (controller/steps.py)
-        out["steps"] = {step_id: dict(step) for step_id, step in job["steps"].items()}
 def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
     node = s.nodes.get(name)
     if node is None:
