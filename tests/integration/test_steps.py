@@ -229,3 +229,40 @@ def test_ctrl_c_sends_sigint_to_every_task_and_a_second_one_within_a_second_canc
     out, err = srun.communicate(timeout=60)
     assert "forcing job termination" in err, err
     assert srun.returncode == 128 + signal.SIGTERM, err
+
+
+def test_a_step_and_its_output_survive_a_failover_of_the_leader(cluster, agents, shell) -> None:
+    wait = "touch ready.$SLURM_PROCID; while [ ! -e go ]; do sleep 0.1; done; echo finished $SLURM_PROCID; exit 5"
+    srun = shell.popen("srun", "-N", "2", "-n", "2", "-l", "sh", "-c", wait)
+    wait_ready(shell, 2)
+    leader = cluster.wait_leader()
+    cluster.kill9(leader.index)
+    cluster.wait_leader(timeout=30, exclude=leader)
+    (shell.work / "go").write_text("")
+    out, err = srun.communicate(timeout=90)
+    assert srun.returncode == 5, err
+    assert sorted(out.splitlines()) == ["0: finished 0", "1: finished 1"], out
+    jobs = shell("squeue", "-h", "-t", "all", "-o", "%i %T").stdout.split()
+    job_id = int(jobs[-2])
+    shown = wait_until(
+        lambda: (text := shell("scontrol", "show", "step", f"{job_id}.0").stdout) and "State=FAILED" in text and text,
+        30,
+        "the new leader to record the step's end",
+    )
+    assert "ExitCode=5:0" in shown
+    assert job_field(shell, job_id, "JobState") == "FAILED"
+
+
+def test_srun_says_once_that_no_controller_answers_and_keeps_streaming(cluster, agents, shell) -> None:
+    wait = "touch ready.$SLURM_PROCID; while [ ! -e go ]; do sleep 0.1; done; echo still here $SLURM_PROCID"
+    srun = shell.popen("srun", "-N", "2", "-n", "2", "-l", "sh", "-c", wait)
+    wait_ready(shell, 2)
+    for member in cluster.members:
+        cluster.kill9(member.index)
+    time.sleep(8)  # more than srun's status poll and read patience: it has noticed
+    (shell.work / "go").write_text("")
+    out, err = srun.communicate(timeout=120)
+    assert sorted(out.splitlines()) == ["0: still here 0", "1: still here 1"], out
+    warnings = [line for line in err.splitlines() if "no controller answers" in line]
+    assert len(warnings) == 1, err
+    assert srun.returncode == 0, err
