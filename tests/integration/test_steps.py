@@ -266,3 +266,21 @@ def test_srun_says_once_that_no_controller_answers_and_keeps_streaming(cluster, 
     warnings = [line for line in err.splitlines() if "no controller answers" in line]
     assert len(warnings) == 1, err
     assert srun.returncode == 0, err
+
+
+def test_steps_left_running_when_the_batch_script_ends_are_cancelled_on_every_node(agents, shell) -> None:
+    job_id = submit(
+        shell, "-N", "2", "-n", "2",
+        script="#!/bin/sh\nsrun sh -c 'touch ready.$SLURM_PROCID; exec sleep 300' &\n"
+        "while [ ! -e ready.0 ] || [ ! -e ready.1 ]; do sleep 0.1; done\n",
+    )  # fmt: skip
+    wait_state(shell, job_id, ("COMPLETED",))
+    shown = wait_until(
+        lambda: (
+            (text := shell("scontrol", "show", "step", f"{job_id}.0").stdout) and "State=CANCELLED" in text and text
+        ),
+        30,
+        "the step to be cancelled",
+    )
+    assert "NodeList=sn[1-2]" in shown
+    wait_until(lambda: not any(a.status()["running_jobs"] for a in agents), 30, "both nodes to let the step go")
