@@ -27,10 +27,10 @@ SYNOPSIS = "[-o] [--json] COMMAND [ARGS]"
 DESCRIPTION = """Commands:
   show node[s] [NAME]                               nodes as Key=Value records
   show job[s] [ID]                                  jobs as Key=Value records (finished jobs too)
-  update NodeName=NODES State=STATE [Reason=TEXT]   STATE is DRAIN, RESUME (or IDLE, UNDRAIN) or DOWN;
   show step[s] [ID.STEP]                            job steps as Key=Value records (running jobs' steps)
+  update NodeName=NODES State=STATE [Reason=TEXT]   STATE is DRAIN, RESUME (or IDLE, UNDRAIN) or DOWN;
                                                     DRAIN and DOWN need a Reason; NODES may be a hostlist
-  update JobId=IDS KEY=VALUE...                      change pending jobs: TimeLimit, Partition, Dependency,
+  update JobId=IDS KEY=VALUE...                     change pending jobs: TimeLimit, Partition, Dependency,
                                                     NumCPUs, NumTasks, Nice, Name (TimeLimit of running ones)
   hold JOB_ID[,JOB_ID...] / release JOB_ID[,...]    keep pending jobs from starting / let them start
   requeue JOB_ID[,...] / requeuehold JOB_ID[,...]   put jobs back in the queue (held with requeuehold)
