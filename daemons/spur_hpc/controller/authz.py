@@ -47,8 +47,11 @@ class Authorizer:
                 f"user {who.user} (uid {who.uid}) may not {action}: only administrators may ([auth] admins)"
             )
 
+    def owns_or_admin(self, who: Identity, owner: str, owner_uid: int) -> bool:
+        return who.uid == owner_uid or who.user == owner or self.is_admin(who)
+
     def require_owner_or_admin(self, who: Identity, owner: str, owner_uid: int, action: str) -> None:
-        if who.uid == owner_uid or who.user == owner or self.is_admin(who):
+        if self.owns_or_admin(who, owner, owner_uid):
             return
         raise errors.PermissionDenied(f"user {who.user} (uid {who.uid}) may not {action}: it belongs to {owner}")
 

@@ -333,7 +333,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def ListJobs(self, request, context):
-        self.node.authz.caller(context)
+        who = self.node.authz.caller(context)
         jobs = self.service.list_jobs(
             job_ids=list(request.job_ids),
             users=list(request.users),
@@ -346,12 +346,18 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         if request.brief:
             filtered = request.job_ids or request.users or request.states or request.partitions or request.names
             return self.brief_jobs.reply(jobs, whole_queue=not filtered)
-        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(j) for j in jobs])
+        return slurm_pb2.ListJobsReply(jobs=[self._job_for(who, j) for j in jobs])
 
     @rpc
     def GetJob(self, request, context):
-        self.node.authz.caller(context)
-        return job_to_pb(self.service.get_job(request.job_id))
+        return self._job_for(self.node.authz.caller(context), self.service.get_job(request.job_id))
+
+    def _job_for(self, who, job: dict[str, Any]) -> slurm_pb2.Job:
+        """A job as this caller may see it: its script and environment (which hold tokens and passwords as often
+        as not) only for its owner and administrators; everyone else gets the brief form, as squeue does."""
+        spec = job["spec"]
+        private = self.node.authz.owns_or_admin(who, spec.get("user", ""), spec.get("uid", -1))
+        return job_to_pb(job, brief=not private)
 
     @rpc
     def CancelJob(self, request, context):
