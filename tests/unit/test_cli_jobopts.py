@@ -231,3 +231,20 @@ def test_every_option_of_slurms_three_commands_is_in_the_table() -> None:
 def test_the_input_variables_of_the_man_pages_stand_for_their_options(program, variable, dest) -> None:
     names = {name: entry.dest for entry in jobopts.entries_for(program) for name in entry.env_names(program)}
     assert names.get(variable) == dest
+
+
+def test_memory_per_node_and_per_cpu_exclude_each_other() -> None:
+    options, _ = parse(["--mem=4G", "--mem-per-cpu=1G"])
+    with pytest.raises(CliError, match="^--mem and --mem-per-cpu exclude each other"):
+        options.spec_fields()
+
+
+def test_the_higher_source_chooses_between_options_that_exclude_each_other() -> None:
+    options, _ = parse(["--mem=2G"], {"SLURM_MEM_PER_CPU": "512"}, program="srun")  # a step inside a job
+    assert options.spec_fields() == {"memory_mb": 2048}
+    directives, _ = parse(["--mem=4G"])
+    command_line, _ = parse(["--mem-per-cpu=1G"])
+    directives.update(command_line)
+    assert directives.spec_fields() == {"mem_per_cpu_mb": 1024}
+    both, _ = parse([], {"SLURM_MEM_PER_NODE": "4096", "SLURM_MEM_PER_CPU": "512"}, program="srun")
+    assert both.spec_fields() == {"mem_per_cpu_mb": 512}

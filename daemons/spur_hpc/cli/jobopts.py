@@ -682,6 +682,9 @@ def options_for(program: str) -> list[Option]:
 # ------------------------------------------------------------------ the parsed result
 
 
+EXCLUSIVE_PAIRS = (("mem", "mem_per_cpu"), ("nodelist", "nodefile"))  # dests Slurm refuses together
+
+
 class JobOptions:
     """Values by dest (None: not given), where each came from, and the entries they belong to."""
 
@@ -703,8 +706,17 @@ class JobOptions:
         self.sources[entry.dest] = source
         self.entries[entry.dest] = entry
 
+    def drop(self, dest: str) -> None:
+        for table in (self.values, self.sources, self.entries):
+            table.pop(dest, None)
+
     def update(self, other: JobOptions) -> None:
-        """other's values win (the command line over #SBATCH lines)."""
+        """other's values win (the command line over #SBATCH lines), and so does its choice between options that
+        exclude each other (--mem-per-cpu there drops --mem here)."""
+        for pair in EXCLUSIVE_PAIRS:
+            for mine, theirs in (pair, pair[::-1]):
+                if other.given(theirs) and not other.given(mine):
+                    self.drop(mine)
         for dest, value in other.values.items():
             if value is not None:
                 self.values[dest] = value
@@ -736,6 +748,11 @@ class JobOptions:
     def spec_fields(self) -> dict[str, Any]:
         """The JobSpec fields the given options set, converted (an error names the option or variable)."""
         fields: dict[str, Any] = {}
+        for first, second in EXCLUSIVE_PAIRS:
+            if self.given(first) and self.given(second):
+                raise CliError(
+                    f"{self.label(first)} and {self.label(second)} exclude each other (as in Slurm); give one of them"
+                )
         for dest, value in self.values.items():
             entry = self.entries.get(dest)
             if value is None or entry is None or entry.convert is None:
@@ -777,9 +794,12 @@ def parse_job_options(
             chosen = next((e for e in entries if e.dest == entry.dest and not e.arg and e.const == value), entry)
         _refuse(program, chosen, "--")
         parsed.set(chosen, value, f"--{chosen.long}" if chosen.long != "cluster" else "--clusters")
+    from_command_line = {dest for dest in parsed.entries}
     for entry in entries:
         if parsed.given(entry.dest):
             continue
+        if any(entry.dest in pair and (set(pair) - {entry.dest}) & from_command_line for pair in EXCLUSIVE_PAIRS):
+            continue  # the command line chose the other of the two (srun --mem in a job with SLURM_MEM_PER_CPU)
         for name in entry.env_names(program):
             if environ and name in environ:
                 raw = environ[name]
@@ -787,4 +807,7 @@ def parse_job_options(
                 value = entry.const if not entry.arg or (entry.optional and raw == "") else raw
                 parsed.set(entry, value, name)
                 break
+    for first, second in EXCLUSIVE_PAIRS:  # both from variables (a job's environment): the more specific wins
+        if first not in from_command_line and second not in from_command_line and parsed.given(second):
+            parsed.drop(first)
     return parsed, rest
