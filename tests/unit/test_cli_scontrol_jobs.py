@@ -95,3 +95,17 @@ def test_show_job_has_the_array_and_option_lines() -> None:
                      "TresPerNode=gres:gpu:2", "MailUser=a@b MailType=END", "OverSubscribe=NO",
                      "ReqNodeList=n[1-2]", "MinMemoryCPU=512M"):  # fmt: skip
         assert expected in text, expected
+
+
+def test_show_job_of_an_array_shows_every_record(cluster, capsys) -> None:
+    spec = pb.JobSpec(name="sweep", user="alice")
+    cluster.add_job(12, state=pb.PENDING, spec=spec, array_job_id=12, array_pending="3-4")
+    cluster.add_job(13, state=pb.RUNNING, spec=spec, array_job_id=12, array_task_id=1)
+    cluster.add_job(14, state=pb.RUNNING, spec=spec, array_job_id=12, array_task_id=2)
+    code, out, _err = run(["show", "job", "12", "-o"], capsys)
+    assert code == 0
+    assert [line.split(" JobName=")[0] for line in out.splitlines()] == [
+        "JobId=12 ArrayJobId=12 ArrayTaskId=3-4",
+        "JobId=13 ArrayJobId=12 ArrayTaskId=1",
+        "JobId=14 ArrayJobId=12 ArrayTaskId=2",
+    ]

@@ -104,6 +104,9 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
                 if exc.code == "NOT_FOUND":
                     raise CliError(f"Invalid job id specified: {job_id}") from None
                 raise
+            if jobs[0].array_job_id == job_id:  # an array's id: every record of it, as Slurm shows them
+                records = client.call("ListJobs", {"job_ids": [job_id], "include_finished": True}).jobs
+                jobs += sorted((r for r in records if r.job_id != job_id), key=lambda r: r.array_task_id)
         else:
             jobs = sorted(client.call("ListJobs", {"include_finished": True}).jobs, key=lambda j: j.job_id)
             if not jobs and not values["json"]:
