@@ -140,3 +140,20 @@ def test_wait_returns_when_the_job_ends_with_its_exit_code(agent, shell) -> None
     array = shell("sbatch", "--wait", "--parsable", "--array=0-2", "--wrap", "true", check=False)
     assert array.returncode == 0
     assert shell.field(array.stdout.strip(), "JobState") == "COMPLETED"
+
+
+def test_open_ondemands_calls_answer_on_a_live_cluster(agent, shell) -> None:
+    name = shell("scontrol", "show", "config").stdout.split("ClusterName", 1)[1].split("=", 1)[1].split()[0]
+    job_id = int(shell("sbatch", "--parsable", "-M", name, "--wrap", "sleep 60").stdout.split(";")[0])
+    wait_until(lambda: shell.field(job_id, "JobState") == "RUNNING", 30, "the job to start")
+    counts = shell("sinfo", "-aho", "%A/%D/%C", "-M", name).stdout.strip().split("/")
+    assert counts[:3] == ["1", "0", "1"] and counts[3:] == ["1", "1", "0", "2"]
+    partition = shell("scontrol", "show", "part", "-o", "-M", name).stdout
+    assert partition.startswith("PartitionName=") and f"Nodes={agent.name}" in partition
+    record = shell("squeue", "--all", "--states=all", "--noconvert", "-M", name, "-o", "\x1e%A\x1f%t\x1f%i").stdout
+    assert (
+        record.split("\x1e")[0] == f"CLUSTER: {name}\n"
+        and record.split("\x1e")[2].strip() == f"{job_id}\x1fR\x1f{job_id}"
+    )
+    shell("scancel", str(job_id), "-M", name)
+    wait_until(lambda: shell.field(job_id, "JobState") == "CANCELLED", 30, "the cancel")

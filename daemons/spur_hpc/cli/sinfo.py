@@ -35,6 +35,7 @@ OPTIONS = [
     Option("long", "l", "long", help="long format"),
     Option("Format", "O", "Format", "FIELDS", "columns by name: NodeHost,CPUs,Gres:30 (type[:[.][size][suffix]])"),
     Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
+    commandline.CLUSTERS_OPTION,
     Option("json", "", "json", help="print the nodes as JSON"),
     *commandline.INFO_OPTIONS,
 ]
@@ -80,7 +81,10 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
 
     from spur_hpc.cli.controller import ControllerClient
 
-    reply = ControllerClient().call("ListNodes", {"names": names, "states": states})
+    client = ControllerClient()
+    if values["clusters"]:  # no CLUSTER: line: Open OnDemand splits sinfo -M NAME -aho %A/%D/%C on '/'
+        commandline.resolve_cluster(client, values["clusters"])
+    reply = client.call("ListNodes", {"names": names, "states": states})
     nodes = [n for n in reply.nodes if not partitions or nodeview.partition(n) in partitions]
     if values["dead"]:
         nodes = [n for n in nodes if nodeview.not_responding(n)]
