@@ -284,3 +284,21 @@ def test_steps_left_running_when_the_batch_script_ends_are_cancelled_on_every_no
     )
     assert "NodeList=sn[1-2]" in shown
     wait_until(lambda: not any(a.status()["running_jobs"] for a in agents), 30, "both nodes to let the step go")
+
+
+def test_srun_output_patterns_write_one_file_per_task_and_kill_on_bad_exit_ends_the_step(agents, shell) -> None:
+    job_id = submit(
+        shell, "-N", "2", "-n", "2",
+        script="#!/bin/sh\n"
+        "srun -o out-%j.%s.%t.txt -e err-%J-%n.txt sh -c 'echo out $SLURM_PROCID; echo err $SLURM_PROCID >&2'\n"
+        "srun -K sh -c 'if [ $SLURM_PROCID = 0 ]; then exit 3; fi; exec sleep 300'\n"
+        'echo "killed step exit $?"\n',
+    )  # fmt: skip
+    wait_state(shell, job_id, ("COMPLETED",))
+    for task in (0, 1):
+        assert (shell.work / f"out-{job_id}.0.{task}.txt").read_text() == f"out {task}\n"
+        assert (shell.work / f"err-{job_id}.0-{task}.txt").read_text() == f"err {task}\n"
+    output = (shell.work / f"slurm-{job_id}.out").read_text()
+    assert "killed step exit 137" in output, output  # the other node's task was killed (SIGKILL)
+    shown = shell("scontrol", "show", "step", f"{job_id}.1").stdout
+    assert "State=FAILED" in shown and "--kill-on-bad-exit" in shown, shown

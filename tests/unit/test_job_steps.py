@@ -165,3 +165,58 @@ def test_step_sessions_have_names_of_their_own_and_batch_names_are_unchanged() -
     assert parse_session_name("12.1") == (12, 1) and session_step("12.1") == ""
     assert parse_session_name("12.1.3") == (12, 1) and session_step("12.1.3") == "3"
     assert parse_session_name("12.1.x") is None
+
+
+# ------------------------------------------------------------------ the commands
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["srun_main", []], "no command given"),
+        (["srun_main", ["--jobid=x", "true"]], "'x' is not a job id"),
+        (["srun_main", ["--jobid=5", "-n", "0", "true"]], "invalid --ntasks value '0'"),
+        (["srun_main", ["--jobid=5", "--pty", "true"]], "--pty is not supported"),
+        (["scontrol_main", ["show", "step", "12"]], "invalid step id '12': write JOBID.STEP"),
+        (["scancel_main", ["12.x"]], "invalid step id '12.x'"),
+        (["squeue_main", ["--steps=12.y"]], "invalid step id '12.y'"),
+    ],
+)
+def test_bad_step_input_is_one_line_and_a_nonzero_exit(argv, expected, capsys, monkeypatch) -> None:
+    from spur_hpc.cli import slurm
+
+    monkeypatch.setenv("SPUR_CONTROLLER_ADDR", "127.0.0.1:1")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    name, args = argv
+    assert getattr(slurm, name)(args) == 1
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_squeue_s_shows_steps_in_slurms_layout() -> None:
+    from spur_hpc.cli import stepview
+    from spur_hpc.proto import slurm_pb2 as pb
+
+    job = pb.Job(job_id=12, spec=pb.JobSpec(user="alice", partition="debug"), state=pb.RUNNING)
+    step = pb.Step(step_id="0", name="python3", state=pb.RUNNING, nodes=["n1", "n2"], tasks=4, start_time=100.0)
+    lines = stepview.squeue_step_lines([(job, step)], True, 165.0)
+    assert lines == [
+        "         STEPID     NAME PARTITION     USER       TIME NODELIST",
+        "           12.0  python3     debug    alice       1:05 n[1-2]",
+    ]
+    shown = stepview.show_step_lines(job, step, 165.0)
+    assert shown[0].startswith("StepId=12.0 UserId=alice(0) ")
+    assert "   Nodes=2 CPUs=4 Tasks=4 Name=python3" in shown
+
+
+def test_srun_is_refused_with_one_line_while_the_cluster_runs_wal_level_2() -> None:
+    from types import SimpleNamespace
+
+    from spur_hpc.controller import errors
+    from spur_hpc.controller.steplaunch import StepLauncher
+
+    state = SimpleNamespace(wal_level=2)
+    service = SimpleNamespace(require_leader=lambda: None, read=lambda fn: fn(state))
+    launcher = StepLauncher(SimpleNamespace(service=service))
+    with pytest.raises(errors.Conflict, match=r"needs WAL level 3; finish the upgrade \(spur cluster wal-level 3\)"):
+        launcher.create(None, SimpleNamespace(job_id=1))

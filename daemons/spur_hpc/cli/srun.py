@@ -258,6 +258,7 @@ def run_step(client, job_id: int, values, command: list[str], environ: dict[str,
         if values.get("verbose"):
             print(f"{PROGRAM}: launching step {job_id}.{step_id} on {','.join(step.nodes)}", file=sys.stderr)
         unreachable = False
+        kill_on_bad_exit, killed_at = request["kill_on_bad_exit"], -STATUS_POLL_SECS
         next_poll = time.monotonic() + STATUS_POLL_SECS
         ended_state = ""
         while len(io.exits) < tasks:
@@ -269,6 +270,12 @@ def run_step(client, job_id: int, values, command: list[str], environ: dict[str,
                     print(f"{PROGRAM}: forcing job termination", file=sys.stderr)
                 unreachable = _control(client, job_id, step_id, sig, unreachable)
             io.poll(0.2)
+            bad = kill_on_bad_exit and any(c or sig for c, sig, _n in io.exits.values())
+            if bad and time.monotonic() - killed_at > STATUS_POLL_SECS:
+                # -K: a task that failed ends the whole step on every node; sent again while tasks remain, for a
+                # node whose part had not started yet when the first went out
+                killed_at = time.monotonic()
+                unreachable = _control(client, job_id, step_id, signal.SIGKILL, unreachable)
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + STATUS_POLL_SECS
                 state, unreachable = _step_state(client, job_id, step_id, unreachable)
@@ -305,11 +312,14 @@ def _control(client, job_id: int, step_id: str, sig: int, unreachable: bool) -> 
 
 def _step_state(client, job_id: int, step_id: str, unreachable: bool) -> tuple[str, bool]:
     """The step's state as the controllers record it ("" when none answers: said once, then srun streams on)."""
+    from spur_hpc.wire import failover
     from spur_hpc.wire.grpcwire import RpcError
 
     try:
         job = client.call("GetJob", {"job_id": job_id})
     except RpcError as exc:
+        if exc.code not in failover.RETRY_CODES:
+            return "", unreachable  # a passing refusal: asked again at the next poll
         if not unreachable:
             print(
                 f"{PROGRAM}: warning: no controller answers ({exc.details}); the step keeps running and its output "

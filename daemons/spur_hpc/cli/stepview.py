@@ -58,7 +58,7 @@ def squeue_step_lines(pairs: list[tuple[Any, Any]], header: bool, now: float) ->
             step.name,
             job.spec.partition or "default",
             job.spec.user or str(job.spec.uid),
-            units.format_clock(elapsed),
+            units.format_duration(elapsed),
             model.compress_hostlist(list(step.nodes)),
         )
         lines.append(
