@@ -220,3 +220,14 @@ def test_srun_is_refused_with_one_line_while_the_cluster_runs_wal_level_2() -> N
     launcher = StepLauncher(SimpleNamespace(service=service))
     with pytest.raises(errors.Conflict, match=r"needs WAL level 3; finish the upgrade \(spur cluster wal-level 3\)"):
         launcher.create(None, SimpleNamespace(job_id=1))
+
+
+def test_a_step_still_running_when_its_job_ends_is_cancelled_unless_its_nodes_then_report_its_end() -> None:
+    s = running_job()
+    create(s, {"n1": [0, 1], "n2": [2, 3]})
+    s.apply(rec("job_end", job_id=1, attempt=1, state="COMPLETED", exit_code=0, signal=0, time=7.0, reason=""))
+    step = s.jobs[1]["steps"]["0"]
+    assert (step["state"], step["end_time"]) == ("CANCELLED", 7.0), "a node that never reports leaves no RUNNING step"
+    assert step_end(s, "n1", code=0, time=6.5)["state"] == "CANCELLED"
+    assert step_end(s, "n2", "FAILED", code=2, time=6.8)["accepted"]
+    assert (step["state"], step["exit_code"], step["end_time"]) == ("FAILED", 2, 6.8)  # what the nodes reported

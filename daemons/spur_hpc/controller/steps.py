@@ -99,8 +99,10 @@ class StepOps:
         }
 
     def _steps_job_finished(self, job: dict[str, Any]) -> None:
-        """A job ended: its batch step ends with it. Its srun steps end as their nodes report (spurd cancels
-        what is left of them once the job is over), except on a failed node, which reports nothing more."""
+        """A job ended: its batch step ends with it, and its srun steps still running are CANCELLED (spurd
+        cancels what is left of them once the job is over). A step whose nodes all report afterwards gets the
+        state they report instead: an srun that ended just before its batch script is reported late, not
+        cancelled. On a failed node a step ends NODE_FAIL."""
         for step in (job.get("steps") or {}).values():
             if step["state"] != RUNNING:
                 continue
@@ -115,6 +117,8 @@ class StepOps:
             elif job["state"] == NODE_FAIL:
                 step.update(state=NODE_FAIL, end_time=job["end_time"], reason=job.get("reason") or "")
                 step.pop("spec", None)
+            else:
+                step.update(state=CANCELLED, end_time=job["end_time"], reason="the job ended", ended_with_job=True)
 
     def _steps_job_requeued(self, job: dict[str, Any], when: float) -> None:
         """A running job goes back to the queue: its batch step and srun steps of this attempt are over."""
@@ -185,13 +189,13 @@ class StepOps:
             "time": float(r["time"]),
             "reason": str(r.get("reason") or ""),
         }
-        if len(step["node_results"]) < len(step["nodes"]) and step["state"] == RUNNING:
-            return ok(accepted=True, state=RUNNING)
+        if len(step["node_results"]) < len(step["nodes"]) and (step["state"] == RUNNING or step.get("ended_with_job")):
+            return ok(accepted=True, state=step["state"])
         results = list(step["node_results"].values())
         worst = max(results, key=lambda x: (_STATE_RANK.get(x["state"], 1), x["exit_code"]))
-        if step["state"] == RUNNING or step["state"] == NODE_FAIL:
+        if step["state"] in (RUNNING, NODE_FAIL) or step.pop("ended_with_job", False):
             step.update(
-                state=worst["state"] if step["state"] == RUNNING else step["state"],
+                state=step["state"] if step["state"] == NODE_FAIL else worst["state"],
                 exit_code=max(x["exit_code"] for x in results),
                 signal=max(x["signal"] for x in results),
                 end_time=max(x["time"] for x in results),
