@@ -189,6 +189,7 @@ class LeaderDuties:
         self.held_seen.clear()
         self.missing_since.clear()
         log.info("became leader at term %s; %d nodes get a fresh heartbeat grace period", self.raft.term(), len(names))
+        self.steps.resume_launches()  # steps the old leader recorded but may not have launched
 
     # -------------------------------------------------------------- heartbeats
 

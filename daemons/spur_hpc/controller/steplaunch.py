@@ -201,8 +201,27 @@ class StepLauncher:
 
     # -------------------------------------------------------------- launch
 
-    def launch(self, job_id: int, step_id: str) -> None:
-        """LaunchStep on every node of the step; a node that cannot start its part ends it FAILED."""
+    def resume_launches(self) -> None:
+        """A new leader sends LaunchStep again for every running srun step to each node that has not reported
+        its part: an agent answers a repeat with the supervisor it already runs (or ran), so this only starts
+        what the old leader recorded but never got to launch."""
+        pending = self.service.read(
+            lambda s: [
+                (j["job_id"], step_id)
+                for j in s.jobs.values()
+                if j["state"] == RUNNING
+                for step_id, step in (j.get("steps") or {}).items()
+                if step_id != "batch" and step["state"] == RUNNING and step.get("spec")
+            ]
+        )
+        if pending:
+            log.info("launching again the parts of %d running steps whose nodes have not reported", len(pending))
+        for job_id, step_id in pending:
+            self.duties.pool.submit(self.launch, job_id, step_id, True)
+
+    def launch(self, job_id: int, step_id: str, missing_only: bool = False) -> None:
+        """LaunchStep on every node of the step (missing_only: those that have not reported their part); a node
+        that cannot start its part ends it FAILED."""
         try:
             job = self.service.get_job(job_id)
             step = job["steps"][step_id]
@@ -228,6 +247,8 @@ class StepLauncher:
             return
         threads = []
         for index, node in enumerate(step["nodes"]):
+            if missing_only and node in (step.get("node_results") or {}):
+                continue
             request = slurm_pb2.LaunchStepRequest(
                 job=job_pb, step=step_pb, task_ids=step["layout"][node], node_index=index, request=request_pb
             )
