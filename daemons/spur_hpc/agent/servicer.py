@@ -164,6 +164,11 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
     def SignalJob(self, request, context):  # noqa: N802
         self.authorize(context, "signal jobs")
         session = self.table.find(request.job_id, request.attempt, request.step_id)
+        if session is not None and session.state == "launching" and request.signal == 0 and request.step_id:
+            # A step's part still starting here (srun's cancel raced its launch): its watcher cancels it.
+            session.cancel_wanted = True
+            log.info("cancel for step %d.%s: noted while its supervisor starts", request.job_id, request.step_id)
+            return slurm_pb2.SignalJobReply(delivered=True)
         if session is None or session.state not in ("running",):
             log.info(
                 "SignalJob %d to job %d attempt %d: no such job running here",
