@@ -17,6 +17,8 @@ from spur_hpc.stepd.session import LAUNCH_JOB_FIELDS
 
 log = logging.getLogger("spurd.grpc")
 
+STEP_START_WAIT_SECS = 4.0  # a signal for a step supervisor still starting waits this long for it (leader: 5 s)
+
 
 def spec_to_dict(spec: slurm_pb2.JobSpec) -> dict[str, Any]:
     """The launch record's spec: every JobSpec field but the script (stored in a file of its own)."""
@@ -164,8 +166,11 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
     def SignalJob(self, request, context):  # noqa: N802
         self.authorize(context, "signal jobs")
         session = self.table.find(request.job_id, request.attempt, request.step_id)
+        if session is not None and session.state == "launching" and request.step_id:
+            # A step's part still starting here (srun's Ctrl-C raced its launch): deliver once it runs.
+            session.ready.wait(STEP_START_WAIT_SECS)
         if session is not None and session.state == "launching" and request.signal == 0 and request.step_id:
-            # A step's part still starting here (srun's cancel raced its launch): its watcher cancels it.
+            # Still starting: its watcher cancels it once it runs.
             session.cancel_wanted = True
             log.info("cancel for step %d.%s: noted while its supervisor starts", request.job_id, request.step_id)
             return slurm_pb2.SignalJobReply(delivered=True)

@@ -402,8 +402,8 @@ class LeaderDuties:
                     j["spec"].get("time_limit_secs") or 0,
                     bool(j["spec"].get("interactive")),
                 )
-                for j in s.jobs.values()
-                if j["state"] == RUNNING
+                for j in (s.jobs.get(i) for i in sorted(self.jobs.sync(s).running))
+                if j is not None and j["state"] == RUNNING
             ]
         )
         for job_id, attempt, nodes, cancel, started, limit, interactive in running:
