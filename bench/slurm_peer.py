@@ -2,7 +2,8 @@
 
 Slurm: Debian's slurmctld, slurmd, slurm-client and munge (installed with apt-get when missing; pass
 --no-install to refuse), run as a one-host cluster on 127.0.0.1 from a scratch directory: munged with its
-own key and socket, `slurmctld -D`, `slurmd -D -N localhost`, SLURM_CONF exported for the clients.
+own key and socket, `slurmctld -D`, `slurmd -D -N localhost`, SLURM_CONF exported for the clients
+(tools/slurm_capture/peer.py starts it; the capture tool shares it).
 Spur: 3 controllers on 127.0.1.N, no agent. In both, the jobs of the submission loops stay pending (Spur:
 no agent; Slurm: the partition is DOWN, so it queues but never starts jobs), and the queue for squeue is
 topped up to the same total, in Slurm with `sbatch -H` (held).
@@ -21,191 +22,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 # isort: off
 import common  # first: it puts tests/ on sys.path for the harness
-from harness import BIN, ControllerCluster, cleanup_all, free_port, wait_until
+from harness import BIN, ControllerCluster, cleanup_all, wait_until
 # isort: on
 
 from spur_hpc.proto import slurm_pb2
 
-PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
-SLURM_BIN = Path("/usr/bin")
+sys.path.insert(0, str(common.ROOT))  # the peer's startup is shared with the capture tool
+from tools.slurm_capture.peer import SLURM_BIN, SlurmPeer, ensure_packages  # noqa: E402
+
 PARALLEL = 8
-
-
-# ------------------------------------------------------------------ installing and running Slurm
-
-
-def ensure_packages(allow_install: bool) -> dict[str, str]:
-    def versions() -> dict[str, str]:
-        out = {}
-        for p in PACKAGES:
-            proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}|${Version}", p], capture_output=True, text=True)
-            status, _, version = proc.stdout.partition("|")
-            if proc.returncode == 0 and status.startswith("install ok installed"):
-                out[p] = version
-        return out
-
-    have = versions()
-    missing = [p for p in PACKAGES if p not in have]
-    if missing:
-        if not allow_install:
-            raise SystemExit(
-                f"missing packages {', '.join(missing)}; install them: apt-get install {' '.join(missing)}"
-            )
-        print(f"installing {' '.join(missing)} with apt-get", flush=True)
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", *missing], env=env, check=True, timeout=600
-        )
-        have = versions()
-    return have
-
-
-def node_line() -> str:
-    """NodeName line from `slurmd -C`, renamed to localhost on 127.0.0.1."""
-    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
-    first = out.splitlines()[0].split()
-    fields = dict(f.split("=", 1) for f in first if "=" in f)
-    keep = {
-        k: fields[k] for k in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore") if k in fields
-    }
-    memory = int(fields.get("RealMemory", "1024"))
-    return (
-        "NodeName=localhost NodeAddr=127.0.0.1 "
-        + " ".join(f"{k}={v}" for k, v in keep.items())
-        + f" RealMemory={memory}"
-    )
-
-
-class SlurmPeer:
-    """munged + slurmctld + slurmd on 127.0.0.1, everything under one scratch directory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[subprocess.Popen] = []
-        self.sock = root / "munge" / "munge.socket"
-        self.conf = root / "slurm.conf"
-        self.ctld_port = free_port("127.0.0.1")
-        self.slurmd_port = free_port("127.0.0.1")
-
-    def env(self) -> dict[str, str]:
-        return dict(os.environ, SLURM_CONF=str(self.conf))
-
-    def _spawn(self, argv: list[str], log: str) -> subprocess.Popen:
-        with open(self.root / log, "ab") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def start(self) -> None:
-        for d in ("munge", "state", "spool", "log"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o755)  # the user nobody reads slurm.conf and reaches the munge socket
-        (self.root / "munge").chmod(0o755)
-        key = self.root / "munge" / "munge.key"
-        subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, timeout=30, capture_output=True)
-        key.chmod(0o600)
-        self._spawn(
-            [
-                "munged",
-                "-F",
-                "--force",
-                f"--key-file={key}",
-                f"--socket={self.sock}",
-                f"--pid-file={self.root / 'munge' / 'munged.pid'}",
-                f"--log-file={self.root / 'log' / 'munged.log'}",
-                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
-            ],
-            "munged.out",
-        )
-        wait_until(lambda: self.sock.exists(), 15, "munged's socket")
-        r = self.root
-        self.conf.write_text(
-            f"""ClusterName=spurbench
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={self.ctld_port}
-SlurmdPort={self.slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={self.sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MailProg=/bin/true
-MaxJobCount=50000
-ReturnToService=1
-StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
-SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
-SlurmctldLogFile={r}/log/slurmctld.log
-SlurmdLogFile={r}/log/slurmd.log
-{node_line()}
-PartitionName=bench Nodes=localhost Default=YES MaxTime=INFINITE State=DOWN
-"""
-        )
-        self.conf.chmod(0o644)
-        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
-        wait_until(self._ctld_answers, 60, "slurmctld to answer")
-        self._spawn(["slurmd", "-D", "-N", "localhost", "-f", str(self.conf)], "slurmd.out")
-        wait_until(self._node_up, 60, "slurmd to register")
-
-    def _ctld_answers(self) -> bool:
-        proc = subprocess.run(
-            [str(SLURM_BIN / "scontrol"), "ping"], env=self.env(), capture_output=True, text=True, timeout=20
-        )
-        return "UP" in proc.stdout
-
-    def _node_up(self) -> bool:
-        proc = subprocess.run(
-            [str(SLURM_BIN / "sinfo"), "-h", "-N", "-o", "%T"],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return proc.returncode == 0 and proc.stdout.strip() not in ("", "down", "down*", "unknown", "unknown*")
-
-    def job_count(self) -> int:
-        proc = subprocess.run(
-            [str(SLURM_BIN / "squeue"), "-h", "-o", "%i"], env=self.env(), capture_output=True, text=True, timeout=60
-        )
-        return len(proc.stdout.split())
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        # anything else still running from this scratch directory (a slurmstepd, say)
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if str(self.root).encode() in cmdline and int(entry) != os.getpid():
-                    try:
-                        os.kill(int(entry), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
 
 
 # ------------------------------------------------------------------ the measurements, same for both
@@ -341,8 +174,7 @@ def main() -> None:
                     flush=True,
                 )
         except BaseException:
-            for log in sorted((root / "slurm").glob("**/*.log")) + sorted((root / "slurm").glob("*.out")):
-                print(f"----- {log.name}\n{log.read_text(errors='replace')[-3000:]}", flush=True)
+            print(peer.logs(), flush=True)
             raise
         finally:
             cluster.stop()

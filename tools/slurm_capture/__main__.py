@@ -1,0 +1,103 @@
+"""Capture Slurm's output: `.venv/bin/python -m tools.slurm_capture capture [--out DIR] [--no-install]`.
+
+Starts Debian's Slurm 22.05 (installed with apt-get when missing) as a four-node peer with slurmdbd and MariaDB on
+127.0.0.1, runs tools/slurm_capture/session.py against it and writes one JSON per command (and session.json) to
+tests/golden/slurm-22.05/. tests/integration/test_slurm_replay.py replays the same session on Spur.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.slurm_capture import session
+from tools.slurm_capture.peer import (
+    ACCOUNTING_PACKAGES,
+    SLURM_BIN,
+    SLURM_PACKAGES,
+    PeerShape,
+    SlurmPeer,
+    ensure_packages,
+)
+from tools.slurm_capture.runner import Side, WaitTimedOut, run_session
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "slurm-22.05"
+
+
+def capture(out: Path, allow_install: bool) -> int:
+    packages = ensure_packages(allow_install, SLURM_PACKAGES + ACCOUNTING_PACKAGES)
+    with tempfile.TemporaryDirectory(prefix="spur-slurm-capture-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        work = root / "work"
+        work.mkdir()
+        for name, text in session.FILES.items():
+            (work / name).write_text(text)
+            (work / name).chmod(0o755)
+        shape = PeerShape(
+            session.CLUSTER, session.NODES, session.slurm_node_lines(), "SlurmdParameters=config_overrides", True
+        )
+        peer = SlurmPeer(root / "slurm", shape)
+        try:
+            t0 = time.monotonic()
+            peer.start()
+            print(f"slurm up in {time.monotonic() - t0:.1f} s", flush=True)
+            env = {k: v for k, v in peer.env().items() if not k.startswith(("SPUR_", "SBATCH_", "SRUN_", "SALLOC_"))}
+            env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+            side = Side(SLURM_BIN, env, work)
+            t0 = time.monotonic()
+            try:
+                results = run_session(side)
+            except WaitTimedOut as exc:
+                print(f"the session did not reach the states it was written for: {exc}", file=sys.stderr)
+                print(peer.logs(), file=sys.stderr)
+                return 1
+            print(f"{len(results)} commands in {time.monotonic() - t0:.0f} s", flush=True)
+            version = side.run("sinfo -V").stdout.decode().split()[-1]
+        finally:
+            peer.stop()
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("[0-9][0-9][0-9]-*.json"):
+        old.unlink()
+    for r in results:
+        (out / f"{r['capture']}.json").write_text(json.dumps(r, indent=1, ensure_ascii=False) + "\n")
+    meta = {
+        "slurm_version": version,
+        "packages": packages,
+        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hostname": socket.gethostname(),
+        "kernel": f"{os.uname().release} {os.uname().version}",
+        "scratch": str(root),
+        "work": str(work),
+        "cluster": session.CLUSTER,
+        "slurm_conf_nodes": session.slurm_node_lines(),
+        "jobs": side.jobs,
+        "wait_secs": side.waits,
+        "captures": len(results),
+    }
+    (out / "session.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {len(results)} captures of Slurm {version} to {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.slurm_capture", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    cap = sub.add_parser("capture", help="run the session on Debian's Slurm and write the captures")
+    cap.add_argument("--out", type=Path, default=GOLDEN, help=f"where the captures go (default {GOLDEN})")
+    cap.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
+    opts = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("capture runs Slurm's daemons as root (SlurmUser=root): run it as root")
+    return capture(opts.out, not opts.no_install)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
