@@ -302,3 +302,17 @@ def test_srun_output_patterns_write_one_file_per_task_and_kill_on_bad_exit_ends_
     assert "killed step exit 137" in output, output  # the other node's task was killed (SIGKILL)
     shown = shell("scontrol", "show", "step", f"{job_id}.1").stdout
     assert "State=FAILED" in shown and "--kill-on-bad-exit" in shown, shown
+
+
+def test_srun_passes_the_jobs_signal_before_its_time_limit_on_to_its_tasks(agents, shell) -> None:
+    job_id = submit(
+        shell, "-N", "2", "-n", "2", "-t", "1", "--signal=USR2@57",
+        script="#!/bin/sh\n"
+        "srun -l sh -c 'trap \"echo got USR2; exit 0\" USR2; while :; do sleep 0.1; done'\n"
+        'echo "srun exit $?"\n',
+    )  # fmt: skip
+    wait_state(shell, job_id, ("COMPLETED",), timeout=45)
+    output = (shell.work / f"slurm-{job_id}.out").read_text().splitlines()
+    # Every process of each task gets it (the shell's sleep too, as Slurm signals the step's whole cgroup).
+    assert "0: got USR2" in output and "1: got USR2" in output, output
+    assert "srun exit 0" in output

@@ -215,6 +215,14 @@ class Interrupts:
             self.pending.append(signal.SIGINT)
         self.last = now
 
+    def forward(self, signum, _frame) -> None:
+        """SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGALRM: passed on to every task, as Slurm's
+        srun does (sbatch --signal=USR2@90 without B: reaches the step's tasks this way)."""
+        self.pending.append(signum)
+
+
+FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
+
 
 def run_step(client, job_id: int, values, command: list[str], environ: dict[str, str]) -> int:
     """Create a step in job_id, stream its I/O until every task has reported; srun's exit code."""
@@ -246,7 +254,10 @@ def run_step(client, job_id: int, values, command: list[str], environ: dict[str,
         "cpu_bind": values.get("cpu_bind") or "",
     }
     interrupts = Interrupts()
-    previous = signal.signal(signal.SIGINT, interrupts.handler)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, interrupts.handler)}
+    for name in FORWARDED:
+        number = getattr(signal, name)
+        previous[number] = signal.signal(number, interrupts.forward)
     try:
         try:
             reply = client.call("CreateStep", request, write=True)
@@ -264,9 +275,9 @@ def run_step(client, job_id: int, values, command: list[str], environ: dict[str,
         while len(io.exits) < tasks:
             while interrupts.pending:
                 sig = interrupts.pending.pop(0)
-                if sig:
+                if sig == signal.SIGINT:
                     print(f"{PROGRAM}: interrupt (one more within 1 sec to abort)", file=sys.stderr)
-                else:
+                elif not sig:
                     print(f"{PROGRAM}: forcing job termination", file=sys.stderr)
                 unreachable = _control(client, job_id, step_id, sig, unreachable)
             io.poll(0.2)
@@ -294,7 +305,8 @@ def run_step(client, job_id: int, values, command: list[str], environ: dict[str,
             )
         return code
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         io.close()
 
 
