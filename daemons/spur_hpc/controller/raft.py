@@ -2,15 +2,17 @@
 
 All replicated changes go through ONE replicated method, apply_record(record): pysyncobj numbers
 replicated methods by sorted name, so adding a method per operation would silently renumber them in a
-mixed-version cluster. What pysyncobj leaves undone is done here: fsync of the journal before an entry
-is acknowledged, a deadline on every write, elections held back on a member that joins with an empty
-store until it has caught up, and a member that cannot read a record stops instead of guessing.
+mixed-version cluster. What pysyncobj leaves undone is done here: the journal synced before an entry
+is acknowledged or sent (group commit: once per batch, see DurableJournal), a deadline on every write,
+elections held back on a member that joins with an empty store until it has caught up, and a member that
+cannot read a record stops instead of guessing.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import stat
 import threading
@@ -23,6 +25,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
 from pysyncobj.node import TCPNode
 from pysyncobj.pickle import to_bytes
+from pysyncobj.pipe_notifier import PipeNotifier
 
 from spur_hpc.controller import wal
 from spur_hpc.controller.raft_transport import GuardedTransport, pysyncobj_clock
@@ -178,8 +181,11 @@ _JOURNAL_GROWTH = 1024 * 1024
 
 
 class DurableJournal(FileJournal):
-    """pysyncobj's FileJournal writes through mmap and never syncs; this one msyncs every entry before
-    pysyncobj can acknowledge it (followers answer AppendEntries right after add()).
+    """pysyncobj's FileJournal writes through mmap and never syncs; this one is synced (msync of the pages
+    written since the last sync) before anything that carries or acknowledges its new entries leaves the
+    process: group commit. add() only writes; SpurRaft calls sync() once per batch, on the leader after the
+    commands of one tick were appended and before every AppendEntries, on a follower after the entries of
+    one AppendEntries were appended and before its answer (see SpurRaft). A clean stop syncs too (_destroy).
 
     A full disk: FileJournal grows its file with ftruncate and writes the new pages through the mmap,
     and a page the filesystem cannot allocate is a SIGBUS that kills the process with no log line. Here
@@ -196,17 +202,22 @@ class DurableJournal(FileJournal):
         self._bulk = False
         self.guard = guard or DiskGuard.for_dir(os.path.dirname(path) or ".")
         self._allocated = 0  # bytes of the file known to be allocated (0: holes left by older releases)
+        self._dirty_from: int | None = None  # first byte written since the last sync (None: nothing)
+        self.syncs = 0  # syncs done (read by /status and the group commit tests)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         if not self._bulk:  # compaction rewrites entries in place: it needs no new space
             self._make_room(28 + len(to_bytes(command)))  # size(4) idx(8) term(8) command size(4), pysyncobj's
+        start = self._FileJournal__currentOffset
         super().add(command, idx, term)
+        if self._dirty_from is None or start < self._dirty_from:
+            self._dirty_from = start
         if not self._bulk:
-            self.flush()
             if self.guard.refusing is not None and self.guard.problem() is None:
                 self.guard.refusing = None
-                log.warning("state_dir %s has space again: this controller takes replicated entries again",
-                            self.guard.path)
+                log.warning(
+                    "state_dir %s has space again: this controller takes replicated entries again", self.guard.path
+                )
 
     def _make_room(self, size: int) -> None:
         try:
@@ -242,8 +253,11 @@ class DurableJournal(FileJournal):
 
     def _refuse(self, exc: DiskFullError) -> None:
         if self.guard.refusing is None:
-            log.error("%s: this controller acknowledges no replicated entry until then, and catches up from the "
-                      "leader by itself afterwards (docs/troubleshooting.md)", exc)
+            log.error(
+                "%s: this controller acknowledges no replicated entry until then, and catches up from the "
+                "leader by itself afterwards (docs/troubleshooting.md)",
+                exc,
+            )
         self.guard.refusing = str(exc)
         raise exc
 
@@ -255,9 +269,36 @@ class DurableJournal(FileJournal):
 
     def onOneSecondTimer(self) -> None:  # noqa: N802
         try:
+            self.sync()  # the commit index stored next never points past the synced journal
             super().onOneSecondTimer()  # stores the commit index; retried next second when refused
         except OSError as exc:
             self._refuse_if_full(exc, "the commit index")
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty_from is not None
+
+    def sync(self) -> None:
+        """Make every entry added so far durable: msync the header page (it holds the journal's end) and the
+        pages written since the last sync, not the whole mapping. A no-op when nothing was added."""
+        start = self._dirty_from
+        if start is None:
+            return
+        mm = self._FileJournal__journalFile._ResizableFile__mm
+        end = min(self._FileJournal__currentOffset, len(mm))
+        page = mmap.ALLOCATIONGRANULARITY
+        first = start // page * page
+        if first >= page:
+            mm.flush(first, max(end - first, 1))
+            end = page
+        mm.flush(0, min(len(mm), max(end, 1)))
+        self._dirty_from = None
+        self.syncs += 1
+
+    def flush(self) -> None:
+        super().flush()
+        self._dirty_from = None
+        self.syncs += 1
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 (pysyncobj's name)
         # Compaction rewrites the whole tail: sync once at the end, not per entry.
@@ -271,6 +312,10 @@ class DurableJournal(FileJournal):
     def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802
         super().deleteEntriesFrom(entryFrom)
         self.flush()
+
+    def _destroy(self) -> None:
+        self.sync()  # a clean stop leaves nothing unsynced (FileJournal._destroy msyncs too, then closes)
+        super()._destroy()
 
 
 def _create_journal(journal_file: str | None = None):
@@ -344,9 +389,11 @@ class SpurRaft(SyncObj):
         self._stopping = threading.Event()
         self._tick_thread: threading.Thread | None = None
         self._apply_listeners: list = []
+        self._state_listeners: list = []
         self._holding_elections = settings.hold_elections
         self.disk = DiskGuard(os.path.dirname(settings.journal_file) or ".", settings.min_free_disk_mb)
         self._last_tick_error = ("", 0.0)
+        self._wakeup: list[PipeNotifier] = []  # filled after SyncObj.__init__ (it needs the poller)
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
             settings.self_addr,
@@ -355,6 +402,9 @@ class SpurRaft(SyncObj):
             nodeClass=RaftNode,
             transportClass=GuardedTransport,
         )
+        # A command wakes the tick thread at once (pysyncobj does it only without batching): with group
+        # commit it is appended, synced and sent in that tick instead of waiting for the next heartbeat.
+        self._wakeup.append(PipeNotifier(self._poller))
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
 
@@ -379,13 +429,66 @@ class SpurRaft(SyncObj):
                 time.sleep(period)
 
     def stop(self) -> None:
+        """Stop the tick thread, then sync and close the journal from this thread alone. Closing it while a
+        tick still appended (the tick had 5 s to end before) could leave the stored commit index past the
+        journal's end: pysyncobj then clamps it at the next start and the entries past the end are gone."""
         self._stopping.set()
-        if self._tick_thread is not None:
-            self._tick_thread.join(timeout=5)
+        thread = self._tick_thread
+        if thread is not None:
+            thread.join(timeout=30)
+            if thread.is_alive():
+                log.error("the raft tick did not end within 30 s of the stop: journal synced, left open")
+                self._sync_journal()
+                return
         try:
+            self._sync_journal()
+            self._journal.onOneSecondTimer()  # the commit index, after the entries it covers
             self.destroy()
         except Exception:
             log.exception("raft shutdown")
+
+    # ---------------------------------------------------------------- group commit
+    # pysyncobj appends on its tick thread only: on the leader in _checkCommandsToApply (the commands that
+    # queued since the last tick) and when it becomes leader (a no-op), on a follower while handling one
+    # AppendEntries. The journal is synced once for each of those batches, before the first message that
+    # carries the entries (AppendEntries) or acknowledges them (a follower's next_node_idx) is sent. A
+    # client's write is answered after it is applied, which needs a majority's acknowledgements, so every
+    # answered write is on the disk of a majority.
+
+    @property
+    def _journal(self):
+        return self._SyncObj__raftLog
+
+    def _sync_journal(self) -> None:
+        journal = self._journal
+        if getattr(journal, "dirty", False):
+            journal.sync()
+
+    def _applyCommand(self, command, callback, commandType=None):  # noqa: N802, N803 (pysyncobj's names)
+        super()._applyCommand(command, callback, commandType)
+        if self._wakeup:
+            try:
+                self._wakeup[0].notify()
+            except BlockingIOError:  # the pipe is full: the tick thread is being woken already
+                pass
+
+    def _checkCommandsToApply(self):  # noqa: N802 (pysyncobj's name)
+        before = len(self._journal)
+        super()._checkCommandsToApply()
+        if len(self._journal) != before and self._isLeader():
+            self._sync_journal()  # one sync for every command of this tick
+            self._SyncObj__sendAppendEntries()  # and sent now, not at the next heartbeat
+
+    def _SyncObj__sendAppendEntries(self):  # noqa: N802 (pysyncobj's private name)
+        self._sync_journal()
+        SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):  # noqa: N802, N803
+        self._sync_journal()  # a follower's answer to one AppendEntries: its entries synced once
+        SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
+
+    def journal_syncs(self) -> int:
+        return getattr(self._journal, "syncs", 0)
 
     def release_elections(self) -> None:
         """A joiner that caught up takes part in elections from now on."""
@@ -407,6 +510,11 @@ class SpurRaft(SyncObj):
         with self._lock:
             result = self._state.apply(record)
             stalled = self._state.stalled
+            for note in self._state_listeners:
+                try:
+                    note(self._state, record, result)
+                except Exception:
+                    log.exception("state listener failed")
         if stalled is not None and result.get("code") == "stalled":
             log.critical("stopped applying the replicated log: %s", stalled["reason"])
         for listener in self._apply_listeners:
@@ -415,6 +523,11 @@ class SpurRaft(SyncObj):
             except Exception:
                 log.exception("apply listener failed")
         return result
+
+    def add_state_listener(self, fn) -> None:
+        """fn(state, record, result) runs under the state lock right after each record is applied, so a
+        reader under the lock sees the state and what fn kept of it in step (scheduler.JobIndex.note)."""
+        self._state_listeners.append(fn)
 
     def add_apply_listener(self, fn) -> None:
         """fn(record, result) runs on the tick thread after each record: keep it short, never block."""
