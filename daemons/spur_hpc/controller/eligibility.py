@@ -59,13 +59,16 @@ def waiting_reason(s: ClusterState, job: dict[str, Any], now: float, memo: dict 
     return None
 
 
-def pending_ends(s: ClusterState, now: float) -> list[tuple[int, str, str]]:
+def pending_ends(s: ClusterState, now: float, candidates=None) -> list[tuple[int, str, str]]:
     """Pending jobs the leader ends now, as (job id, state, reason): past their --deadline (DEADLINE), or with
-    a dependency that can never be satisfied and --kill-on-invalid-dep (CANCELLED, as Slurm does)."""
+    a dependency that can never be satisfied and --kill-on-invalid-dep (CANCELLED, as Slurm does).
+    candidates: the ids of the pending jobs with either option (scheduler.JobIndex), else every job is read."""
     ends = []
     memo: dict = {}
-    for job_id, job in s.jobs.items():
-        if job["state"] != PENDING:
+    ids = s.jobs.keys() if candidates is None else sorted(candidates)
+    for job_id in ids:
+        job = s.jobs.get(job_id)
+        if job is None or job["state"] != PENDING:
             continue
         spec = job["spec"]
         if spec.get("deadline") and now >= spec["deadline"]:

@@ -18,7 +18,7 @@ import grpc
 
 from spur_hpc import auth, grpcutil
 from spur_hpc.controller import eligibility, errors
-from spur_hpc.controller.scheduler import plan_starts
+from spur_hpc.controller.scheduler import JobIndex, plan_starts
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.steplaunch import StepLauncher
 from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
@@ -90,6 +90,10 @@ class LeaderDuties:
         self.missing_since: dict[tuple[int, int], float] = {}
         self.signalled: dict[tuple[int, int], float] = {}
         self.was_leader = False
+        # Pending and running jobs kept from the applied records: a wake-up looks at what changed, not at
+        # every job (scheduler.JobIndex).
+        self.jobs = JobIndex()
+        self.raft.add_state_listener(self.jobs.note)
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="leader-duties", daemon=True)
@@ -256,13 +260,14 @@ class LeaderDuties:
                 self.retry_after.pop(job_id, None)
                 self.launch_failures.pop(job_id, None)
         now_wall = self.service.clock()
-        for job_id, state, reason in self.raft.read(lambda s: eligibility.pending_ends(s, now_wall)):
+        ends = self.raft.read(lambda s: eligibility.pending_ends(s, now_wall, self.jobs.sync(s).with_deadline))
+        for job_id, state, reason in ends:
             log.info("job %s ends %s while pending: %s", job_id, state, reason)
             try:
                 self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
             except (errors.Conflict, errors.NotFound) as exc:  # gone meanwhile; the plan below still runs
                 log.info("job %s not ended: %s", job_id, exc)
-        plans = self.raft.read(lambda s: plan_starts(s, now_wall))
+        plans = self.raft.read(lambda s: plan_starts(s, now_wall, self.jobs))
         now = time.monotonic()
         for job_id, nodes in plans:
             if self.retry_after.get(job_id, 0.0) > now:

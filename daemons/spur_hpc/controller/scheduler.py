@@ -5,12 +5,23 @@ job_start records, which state.py checks again. Two questions are asked of each 
 module of its own: may it start at all (eligibility.py: holds, dependencies, begin times, array throttles)
 and which nodes would take it (placement.py: partition, free CPUs and memory, the nodes it names or
 excludes, exclusivity, gres, features).
+
+The leader plans from a JobIndex: the pending jobs of each partition kept in the order the plan takes
+them, the running jobs and the pending jobs with a deadline, all maintained from the records as they
+are applied. A plan then walks only the partitions that are not blocked yet and stops when every one is:
+with 100,000 jobs waiting behind a job that does not fit, a submission costs what it costs with 10.
+plan_starts without an index scans the whole queue; both decide the same (tests/unit/test_scheduler_incremental.py).
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from typing import Any
+
 from spur_hpc.controller import eligibility, placement
-from spur_hpc.model import PENDING, parse_array_ranges
+from spur_hpc.model import PENDING, RUNNING, parse_array_ranges
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,33 +36,163 @@ def pending_in_order(s: ClusterState) -> list[int]:
     )
 
 
-def plan_starts(s: ClusterState, now: float = 0.0) -> list[tuple[int, list[str]]]:
+def order_key(job: dict[str, Any]) -> tuple[int, int]:
+    return (job["spec"].get("nice") or 0, job["job_id"])
+
+
+# Records that change no job (every other op without a job_id makes the index look at every job again).
+_NO_JOB_OPS = frozenset({"member_announce", "set_wal_level", "step_create", "step_end"})
+# Past this many changed jobs since the last plan, one pass over every job is cheaper.
+_REBUILD_AFTER = 20_000
+
+
+class JobIndex:
+    """The jobs a leader's duties look at, kept up to date from the applied records (not replicated: every
+    member builds its own from its state). note() runs under the state lock right after each record (see
+    SpurRaft.add_state_listener); sync(s), also under the lock, brings the index up to s. Whenever it cannot
+    tell what a record changed (a node op, a purge, a snapshot loaded, a record it did not see), it looks at
+    every job once instead."""
+
+    def __init__(self) -> None:
+        self._state: Any = None
+        self._applied = -1  # s.applied when the index was last brought up to date
+        self._seen = 0  # records noted since
+        self._touched: set[int] = set()
+        self._rebuild = True
+        self._key: dict[int, tuple[str, tuple[int, int]]] = {}  # pending job -> (partition, order key)
+        self.queues: dict[str, list[tuple[int, int]]] = {}  # partition -> its pending jobs' order keys, sorted
+        self.running: set[int] = set()
+        self.with_deadline: set[int] = set()  # pending jobs pending_ends must look at
+        self.rebuilds = 0
+
+    def note(self, s: ClusterState, record: Any, result: Any) -> None:
+        self._seen += 1
+        if self._rebuild or s is not self._state:
+            self._rebuild = True
+            return
+        op = record.get("op") if isinstance(record, dict) else None
+        if op in _NO_JOB_OPS:
+            return
+        ids = [v for v in (record.get("job_id"), (result or {}).get("job_id")) if isinstance(v, int)]
+        if not ids or op == "jobs_purge":
+            self._rebuild = True
+            return
+        for job_id in ids:
+            self._touched.add(job_id)
+            self._touched.update(s.array_tasks.get(job_id, ()))  # an op on an array reaches its tasks
+        if len(self._touched) > _REBUILD_AFTER:
+            self._rebuild = True
+
+    def sync(self, s: ClusterState) -> JobIndex:
+        if self._rebuild or s is not self._state or s.applied != self._applied + self._seen:
+            self._build(s)
+        else:
+            for job_id in self._touched:
+                self._update(s, job_id)
+        self._touched = set()
+        self._applied, self._seen = s.applied, 0
+        return self
+
+    def _build(self, s: ClusterState) -> None:
+        self._state, self._rebuild = s, False
+        self._key, self.queues, self.running, self.with_deadline = {}, {}, set(), set()
+        for job_id, job in s.jobs.items():
+            if job["state"] == PENDING:
+                self._add_pending(job_id, job, sort=False)
+            elif job["state"] == RUNNING:
+                self.running.add(job_id)
+        for queue in self.queues.values():
+            queue.sort()
+        self.rebuilds += 1
+
+    def _update(self, s: ClusterState, job_id: int) -> None:
+        old = self._key.pop(job_id, None)
+        if old is not None:
+            queue = self.queues[old[0]]
+            at = bisect_left(queue, old[1])
+            if at < len(queue) and queue[at] == old[1]:
+                del queue[at]
+            if not queue:
+                del self.queues[old[0]]
+        self.running.discard(job_id)
+        self.with_deadline.discard(job_id)
+        job = s.jobs.get(job_id)
+        if job is None:
+            return
+        if job["state"] == PENDING:
+            self._add_pending(job_id, job, sort=True)
+        elif job["state"] == RUNNING:
+            self.running.add(job_id)
+
+    def _add_pending(self, job_id: int, job: dict[str, Any], sort: bool) -> None:
+        spec = job["spec"]
+        partition, key = placement.job_partition(spec), order_key(job)
+        self._key[job_id] = (partition, key)
+        queue = self.queues.setdefault(partition, [])
+        if sort:
+            insort(queue, key)
+        else:
+            queue.append(key)
+        if spec.get("deadline") or (spec.get("kill_on_invalid_dep") and spec.get("dependency")):
+            self.with_deadline.add(job_id)
+
+    def pending_in_order(self) -> Iterator[tuple[str, int]]:
+        """(partition, job id) in the plan's order; send(partition) blocks a partition: its jobs are skipped
+        from then on without being looked at."""
+        heap = [(queue[0], name, 0) for name, queue in self.queues.items() if queue]
+        heapq.heapify(heap)
+        blocked: set[str] = set()
+        while heap:
+            key, name, at = heapq.heappop(heap)
+            if name in blocked:
+                continue
+            blocked_now = yield name, key[1]
+            if blocked_now is not None:
+                blocked.add(blocked_now)
+                yield None  # the value of send()
+            queue = self.queues[name]
+            if name not in blocked and at + 1 < len(queue):
+                heapq.heappush(heap, (queue[at + 1], name, at + 1))
+
+
+def plan_starts(s: ClusterState, now: float = 0.0, index: JobIndex | None = None) -> list[tuple[int, list[str]]]:
     """FIFO with resource fit, per partition: the oldest eligible job of a partition that does not fit
     blocks the younger ones behind it (no backfill), so a large job is not starved. A job that may not
     start yet (held, waiting on a dependency) blocks nothing. An array's own record stands for its pending
     tasks: it appears once per task that starts now (the leader splits each off), up to its %N throttle."""
     free = placement.free_resources(s)
     blocked: set[str] = set()
-    plans = []
+    plans: list[tuple[int, list[str]]] = []
     memo: dict = {}
+    if index is not None:
+        order = index.sync(s).pending_in_order()
+        for partition, job_id in order:
+            if _plan_job(s, s.jobs[job_id], now, memo, free, plans):
+                order.send(partition)
+        return plans
     for job_id in pending_in_order(s):
         job = s.jobs[job_id]
-        if eligibility.waiting_reason(s, job, now, memo) is not None:
-            continue
-        partition = job["spec"].get("partition") or "default"
-        if partition in blocked:
-            continue
-        starts = 1
-        if job.get("array_pending"):
-            starts = len(parse_array_ranges(job["array_pending"], "array_pending"))
-            limit = job.get("array_max_running") or 0
-            if limit:
-                starts = min(starts, limit - s.array_running(job_id))
-        for _ in range(starts):
-            chosen = placement.choose_nodes(s, job, free)
-            if chosen is None:
-                blocked.add(partition)
-                break
-            placement.take(job, chosen, free)
-            plans.append((job_id, chosen))
+        partition = placement.job_partition(job["spec"])
+        if partition not in blocked and _plan_job(s, job, now, memo, free, plans):
+            blocked.add(partition)
     return plans
+
+
+def _plan_job(s: ClusterState, job: dict[str, Any], now: float, memo: dict, free: dict, plans: list) -> bool:
+    """Plan what of one pending job starts now; True when it does not fit (it blocks its partition)."""
+    job_id = job["job_id"]
+    if eligibility.waiting_reason(s, job, now, memo) is not None:
+        return False
+    starts = 1
+    if job.get("array_pending"):
+        starts = len(parse_array_ranges(job["array_pending"], "array_pending"))
+        limit = job.get("array_max_running") or 0
+        if limit:
+            starts = min(starts, limit - s.array_running(job_id))
+    for _ in range(starts):
+        chosen = placement.choose_nodes(s, job, free)
+        if chosen is None:
+            return True
+        placement.take(job, chosen, free)
+        plans.append((job_id, chosen))
+    return False
