@@ -92,17 +92,17 @@ def running_job(tasks: int = 4, **spec_fields) -> ClusterState:
     return s
 
 
-def create(s: ClusterState, layout: dict[str, list[int]]) -> dict:
+def create(s: ClusterState, layout: dict[str, list[int]], key: str = "") -> dict:
     return s.apply(
         rec("step_create", job_id=1, attempt=1, name="sh", cpus_per_task=1, layout=layout, spec={"argv": ["sh"]},
-            time=4.0)
+            time=4.0, key=key)
     )  # fmt: skip
 
 
 def test_a_job_starts_with_its_batch_step_and_srun_steps_are_numbered_from_zero() -> None:
     s = running_job()
     assert s.jobs[1]["steps"]["batch"]["state"] == "RUNNING"
-    assert create(s, {"n1": [0, 1], "n2": [2, 3]}) == {"ok": True, "step_id": "0"}
+    assert create(s, {"n1": [0, 1], "n2": [2, 3]}) == {"ok": True, "step_id": "0", "duplicate": False}
     assert create(s, {"n2": [0]})["step_id"] == "1"
     step = s.jobs[1]["steps"]["0"]
     assert (step["nodes"], step["tasks"], step["state"]) == (["n1", "n2"], 4, "RUNNING")
@@ -231,3 +231,11 @@ def test_a_step_still_running_when_its_job_ends_is_cancelled_unless_its_nodes_th
     assert step_end(s, "n1", code=0, time=6.5)["state"] == "CANCELLED"
     assert step_end(s, "n2", "FAILED", code=2, time=6.8)["accepted"]
     assert (step["state"], step["exit_code"], step["end_time"]) == ("FAILED", 2, 6.8)  # what the nodes reported
+
+
+def test_a_retried_create_step_answers_with_the_step_it_created_instead_of_a_second_one() -> None:
+    s = running_job()
+    assert create(s, {"n1": [0]}, key="k1")["step_id"] == "0"
+    assert create(s, {"n1": [0]}, key="k1") == {"ok": True, "step_id": "0", "duplicate": True}
+    assert create(s, {"n1": [0]}, key="k2")["step_id"] == "1"
+    assert sorted(s.jobs[1]["steps"]) == ["0", "1", "batch"]

@@ -7,6 +7,7 @@ docs/controller.md ("Steps") describes the records; controller/steps.py holds th
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -87,8 +88,11 @@ class StepLauncher:
             )
         spec = self._check_request(request, job)
         layout = self._layout(request, job)
+        # srun's token is new for each srun, so its digest tells a retry of this request from a new step.
+        key = hashlib.sha256(spec["io_token"].encode()).hexdigest()[:32]
         result = service.write(
             "step_create",
+            key=key,
             job_id=job["job_id"],
             attempt=job["attempt"],
             name=spec.pop("name"),
@@ -98,6 +102,9 @@ class StepLauncher:
             time=service.clock(),
         )
         step_id = result["step_id"]
+        if result.get("duplicate"):
+            job = service.get_job(job["job_id"])
+            return job["steps"][step_id], job
         log.info(
             "job %s step %s: %d tasks on %s (%s)",
             job["job_id"],

@@ -138,6 +138,11 @@ class StepOps:
         if job["state"] != RUNNING or job["attempt"] != int(r["attempt"]):
             return err("conflict", f"job {job['job_id']} is {job['state']}; steps run only in a running job")
         steps = job.setdefault("steps", {})
+        key = str(r.get("key") or "")
+        if key:  # a retried CreateStep (an unknown outcome) answers with the step the first one created
+            for step_id, step in steps.items():
+                if step.get("key") == key:
+                    return ok(step_id=step_id, duplicate=True)
         if len(steps) >= MAX_STEPS_PER_JOB:
             return err("conflict", f"job {job['job_id']} already has {len(steps)} steps, the limit")
         layout = {str(node): [int(t) for t in ids] for node, ids in dict(r["layout"]).items()}
@@ -162,8 +167,9 @@ class StepOps:
             "layout": layout,
             "node_results": {},
             "spec": dict(r.get("spec") or {}),
+            "key": key,
         }
-        return ok(step_id=step_id)
+        return ok(step_id=step_id, duplicate=False)
 
     def _op_step_end(self, r: dict[str, Any]) -> dict[str, Any]:
         from spur_hpc.controller.state import err, ok
