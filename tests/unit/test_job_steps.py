@@ -239,3 +239,13 @@ def test_a_retried_create_step_answers_with_the_step_it_created_instead_of_a_sec
     assert create(s, {"n1": [0]}, key="k1") == {"ok": True, "step_id": "0", "duplicate": True}
     assert create(s, {"n1": [0]}, key="k2")["step_id"] == "1"
     assert sorted(s.jobs[1]["steps"]) == ["0", "1", "batch"]
+
+
+def test_a_cluster_below_wal_level_3_keeps_no_step_records() -> None:
+    s = running_job()
+    assert "batch" in s.jobs[1]["steps"]
+    s.wal_level = 2  # as a cluster still being upgraded: its older members would not write them
+    s.apply(rec("job_submit", spec=dict(s.jobs[1]["spec"]), key="", time=8.0))
+    s.apply(rec("job_end", job_id=1, attempt=1, state="COMPLETED", exit_code=0, signal=0, time=8.5, reason=""))
+    assert s.apply(rec("job_start", job_id=2, nodes=["n1", "n2"], attempt=1, time=9.0))["ok"]
+    assert not s.jobs[2].get("steps")

@@ -75,14 +75,16 @@ class StepOps:
     """The step ops of ClusterState (it inherits this class). Uses its jobs dict and its ok/err results."""
 
     jobs: dict[int, dict[str, Any]]
+    wal_level: int
 
     # -------------------------------------------------------------- hooks of the job ops
 
     def _steps_job_started(self, job: dict[str, Any]) -> None:
-        """job_start: a batch job's script is its step "batch" (an interactive allocation has none)."""
-        steps = job.setdefault("steps", {})
-        if job["spec"].get("interactive"):
+        """job_start: a batch job's script is its step "batch" (an interactive allocation has none). Only from
+        WAL level 3 on, so that every member of a cluster still being upgraded keeps the same records."""
+        if self.wal_level < 3 or job["spec"].get("interactive"):
             return
+        steps = job.setdefault("steps", {})
         steps[BATCH_STEP] = {
             "step_id": BATCH_STEP,
             "name": BATCH_STEP,
