@@ -229,3 +229,47 @@ def test_no_message_leaves_before_the_entries_it_carries_are_synced_and_a_burst_
     assert cluster.unsynced == [], cluster.unsynced[:5]
     # 400 entries from 32 callers at once: synced in batches, not one sync per entry.
     assert leader_syncs < len(records) / 2, leader_syncs
+
+
+# ------------------------------------------------------------------------------------ compaction
+
+COMPACTOR = """
+import sys
+from spur_hpc.controller import raft
+journal = raft.DurableJournal(sys.argv[1])
+if len(journal) == 0:
+    for i in range(1, 60001):
+        journal.add(b"\\0" + b"x" * 200, i, 1)
+    journal.sync()
+print("compacting", flush=True)
+while True:
+    journal.deleteEntriesTo(1)  # keeps all but the first entry: the whole tail rewritten each time
+"""
+
+
+def test_kill9_in_the_middle_of_a_compaction_leaves_every_entry_after_the_compaction_point(tmp_path):
+    """A compaction keeps the entries after the snapshot; a crash while it writes them must leave them all
+    (the old journal or the new one, whole), never a journal that ends part-way."""
+    import random
+    import subprocess
+    import sys
+
+    from spur_hpc.controller import storage
+
+    path = tmp_path / "raft.journal"
+    for round_ in range(8):
+        proc = subprocess.Popen([sys.executable, "-c", COMPACTOR, str(path)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "compacting"
+            time.sleep(random.uniform(0.05, 0.4))
+        finally:
+            proc.kill()
+            proc.wait(10)
+        storage.journal_commands(str(path))  # raises when the structure is damaged
+        journal = raft.DurableJournal(str(path))
+        try:
+            ids = [journal[i][1] for i in range(len(journal))]
+        finally:
+            journal._destroy()
+        assert ids and ids[-1] == 60000, f"round {round_}: the journal ends at entry {ids[-1] if ids else None}"
+        assert ids == list(range(ids[0], 60001)), f"round {round_}: entries missing in the middle"

@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import stat
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 import pysyncobj.syncobj as _syncobj_module
 from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer, ResizableFile
 from pysyncobj.node import TCPNode
 from pysyncobj.pickle import to_bytes
 from pysyncobj.pipe_notifier import PipeNotifier
@@ -178,6 +179,8 @@ def _fsync_dir(path: str) -> None:
 
 # The journal file grows by this much at a time, allocated before the mmap covers it.
 _JOURNAL_GROWTH = 1024 * 1024
+# pysyncobj 0.3.17 FileJournal: the header's last 4 bytes (at 36) are the end of the last record.
+_LAST_RECORD_OFFSET_AT = 36
 
 
 class DurableJournal(FileJournal):
@@ -198,6 +201,7 @@ class DurableJournal(FileJournal):
 
     def __init__(self, path: str, guard: DiskGuard | None = None) -> None:
         super().__init__(path)
+        self._path = path
         self._FileJournal__metaStorer = _FsyncMetaStorer(path + ".meta")
         self._bulk = False
         self.guard = guard or DiskGuard.for_dir(os.path.dirname(path) or ".")
@@ -301,13 +305,39 @@ class DurableJournal(FileJournal):
         self.syncs += 1
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 (pysyncobj's name)
-        # Compaction rewrites the whole tail: sync once at the end, not per entry.
-        self._bulk = True
+        """Compaction: keep the entries from entryTo on. FileJournal rewrites them in place from the first
+        record, so a crash in the middle left a journal that ends part-way (the entries after that point
+        gone from this member, and its stored commit index past the end). Here the tail is written to a new
+        file, synced and renamed over the journal: a crash leaves the old journal or the new one, whole."""
+        entries = self._FileJournal__journal[entryTo:]
+        old = self._FileJournal__journalFile
+        header = bytes(old.read(0, _LAST_RECORD_OFFSET_AT))
+        records = []
+        for command, idx, term in entries:
+            data = struct.pack("<QQ", idx, term) + to_bytes(command)
+            size = struct.pack("<I", len(data))
+            records.append(size + data + size)
+        body = b"".join(records)
+        end = _LAST_RECORD_OFFSET_AT + 4 + len(body)
+        path = self._path
+        tmp = path + ".compact"
         try:
-            super().deleteEntriesTo(entryTo)
-        finally:
-            self._bulk = False
-        self.flush()
+            with open(tmp, "wb") as fh:
+                fh.write(header + struct.pack("<I", end) + body)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            self._refuse_if_full(exc, "the compacted journal")
+            return
+        old._destroy()
+        os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+        self._FileJournal__journalFile = ResizableFile(path)
+        self._FileJournal__journal = list(entries)
+        self._FileJournal__currentOffset = end
+        self._allocated = 0  # allocated again (posix_fallocate) by the next add
+        self._dirty_from = None
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802
         super().deleteEntriesFrom(entryFrom)
