@@ -32,6 +32,8 @@ import common
 # name, arguments, deadline of one run (s)
 BENCHES: list[tuple[str, list[str], int]] = [
     ("submit", [], 600),
+    ("commit", [], 300),
+    ("plan", [], 600),
     ("cli", [], 900),
     ("squeue", [], 1800),
     ("heartbeats", [], 900),
