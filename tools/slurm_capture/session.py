@@ -245,9 +245,12 @@ SESSION: list[Run | Wait] = [
     Run("squeue-t-all-timeout", "squeue -t all -j {tmo}"),
     Run("sacct-j-timeout", "sacct -j {tmo}"),
     Run("sacct-s-TO", "sacct -X -s TO"),
+    Run("scontrol-requeue-running", "scontrol requeue {big}"),
+    Run("squeue-after-requeue", "squeue -j {big} -o '%i %T %r'"),
     # ---------------------------------------------------------------- submissions that may be refused
     Run("sbatch-invalid-partition", "sbatch -p nosuchpart --wrap true"),
     Run("sbatch-too-many-nodes", "sbatch -p debug -N 5 --wrap true", job="toomany"),
+    Run("sbatch-default-partition", "sbatch -J nopart --wrap true", job="nopart"),
     Run("sbatch-bad-option", "sbatch --nosuchoption --wrap true"),
     Run("sbatch-bad-time", "sbatch -p debug -t nonsense --wrap true"),
     Run("squeue-pending-reasons", "squeue -t PD -o '%i %j %r'"),
