@@ -179,6 +179,7 @@ def test_every_capture_of_slurm_replays_on_spur_as_listed(spur_side) -> None:
     unlisted = [n for n in different if n not in listed and n not in varies]
     stale = [n for n in listed if n not in different]
     print(f"{len(captures)} captures, {len(captures) - len(different)} identical, {len(different)} different")
+    print("\n".join(side.log))  # the waits Spur never satisfied
     problems = []
     if unlisted:
         names = ", ".join(unlisted)

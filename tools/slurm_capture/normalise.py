@@ -12,7 +12,8 @@ ISO_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\b")
 CTIME = re.compile(
     r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \d{4}\b"
 )
-DURATION = re.compile(r"(?<![\d:.])(\d+-)?(\d+:)?\d+:\d\d(?![\d:])")
+# Not after ExitCode= (N:SIG); exit codes in sacct's ExitCode column cannot be told from durations and are masked.
+DURATION = re.compile(r"(?<!ExitCode=)(?<![\d:.])(\d+-)?(\d+:)?\d+:\d\d(?![\d:])")
 SESSION_ID = re.compile(r"(AllocNode:Sid=[^:\s]+:)\d+")
 MEASURED = re.compile(r"\b(CPULoad|FreeMem)=[^\s]+")  # the machine's load and free memory at that instant
 PORT = re.compile(r"\b(\w*Port\s*=\s*)\d+")  # ports are picked free on each run
