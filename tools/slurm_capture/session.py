@@ -191,6 +191,8 @@ SESSION: list[Run | Wait] = [
     Run("sacct-D", "sacct -X -D"),
     Run("sacct-submitit", "sacct -o JobID,State,NodeList --parsable2 -j {arr}_0,{arr}_1"),
     Run("sacct-e", "sacct -e"),
+    Run("sacct-j-array-range", "sacct -X -j '{arr}_[0-1]'"),
+    Run("sinfo-o-partition-fields", "sinfo -o '%R %A %l %L %s %g %h'"),
     # ---------------------------------------------------------------- draining, drained, down
     Run("scontrol-drain-allocated", "scontrol update NodeName=n2 State=DRAIN Reason=maint"),
     Run("sinfo-N-draining", "sinfo -N"),
@@ -224,6 +226,9 @@ SESSION: list[Run | Wait] = [
     Run("scancel-signal-finished", "scancel --signal=USR1 {done}"),
     Run("scancel-finished", "scancel {done}"),
     Run("scancel-Q-unknown", "scancel -Q 999"),
+    Run("scancel-A-no-match", "scancel -A nosuchaccount"),
+    Run("scancel-f-signal-0", "scancel -f -s 0 {run1}"),
+    Run("scancel-b-signal-0", "scancel -b -s 0 {run1}"),
     Run("scancel-by-name", "scancel -n waitprio"),
     Run("scancel-v", "scancel -v {waitres}"),
     job_in("waitprio", "CANCELLED"),
