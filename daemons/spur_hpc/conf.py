@@ -106,6 +106,15 @@ def parse_gres_offer(text: str) -> dict[str, int]:
     return offer
 
 
+def parse_gres_files(entries: list[str]) -> dict[str, list[str]]:
+    """[agent] gres_files as written (["gpu=/dev/nvidia0", "gpu=/dev/nvidia1"]) -> {"gpu": [paths in index order]}."""
+    files: dict[str, list[str]] = {}
+    for entry in entries:
+        key, _eq, path = entry.partition("=")
+        files.setdefault(key, []).append(path)
+    return files
+
+
 # section -> key -> Key: the one declaration of every key, in the order of the docs.
 SCHEMA: dict[str, dict[str, Key]] = {
     "cluster": {
@@ -130,7 +139,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "listen_addr": Key(
             str,
             f"0.0.0.0:{CONTROLLER_GRPC_PORT}",
-            "This controller's gRPC address. With `[auth] type = \"none\"` it must be a loopback address "
+            'This controller\'s gRPC address. With `[auth] type = "none"` it must be a loopback address '
             "(127.0.0.0/8, `::1`, `localhost`) unless `[auth] allow_unauthenticated_network = true`.",
             port=CONTROLLER_GRPC_PORT,
         ),
@@ -221,9 +230,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
             min=1,
             max=10_000,
         ),
-        "election_timeout_min_ms": Key(
-            int, 300, "Lower bound of the randomised election timeout.", min=1, max=600_000
-        ),
+        "election_timeout_min_ms": Key(int, 300, "Lower bound of the randomised election timeout.", min=1, max=600_000),
         "election_timeout_max_ms": Key(
             int,
             800,
@@ -295,7 +302,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "listen_addr": Key(
             str,
             f"0.0.0.0:{AGENT_GRPC_PORT}",
-            "The agent's gRPC address. With `[auth] type = \"none\"` it must be a loopback address unless "
+            'The agent\'s gRPC address. With `[auth] type = "none"` it must be a loopback address unless '
             "`[auth] allow_unauthenticated_network = true`.",
             port=AGENT_GRPC_PORT,
         ),
@@ -307,9 +314,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
             shown_default="`listen_addr`",
         ),
         "probe_addr": Key(str, "127.0.0.1:6823", "HTTP probes: `/status`, `/livez`, `/readyz`.", port=None),
-        "state_dir": Key(
-            str, "/var/lib/spur/agent", "Supervisor session directories, one per job attempt.", path=True
-        ),
+        "state_dir": Key(str, "/var/lib/spur/agent", "Supervisor session directories, one per job attempt.", path=True),
         "heartbeat_interval_secs": Key(
             float,
             5.0,
@@ -333,8 +338,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "Counted resources this node offers to `--gres` and `--gpus*`, as `NAME[:TYPE]=COUNT` entries joined "
             "by commas, like `gpu=2,nic=1` or `gpu:a100=4`; a job asking for `gpu` takes typed ones too.",
             pattern=rf"{_GRES_ENTRY}(,{_GRES_ENTRY}){{0,{MAX_GRES_KINDS - 1}}}",
-            pattern_text=f"NAME[:TYPE]=COUNT entries joined by commas (at most {MAX_GRES_KINDS}), "
-            "like gpu=2,nic=1",
+            pattern_text=f"NAME[:TYPE]=COUNT entries joined by commas (at most {MAX_GRES_KINDS}), like gpu=2,nic=1",
             shown_default="empty (none)",
         ),
         "features": Key(
@@ -364,6 +368,70 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "When a job is cancelled or runs out of time, the time between SIGTERM and SIGKILL (Slurm's KillWait).",
             min=0,
             max=HOUR,
+        ),
+        "gres_files": Key(
+            list,
+            [],
+            "The device file of each unit of a `gres` resource, as `NAME[:TYPE]=PATH` entries in index order, "
+            'like `["gpu=/dev/nvidia0", "gpu=/dev/nvidia1"]`. A resource listed here needs one file per unit; '
+            "a job is allowed only the files of the units it was given (`[cgroup] constrain_devices`).",
+            pattern=rf"{_GRES_NAME}(:{_GRES_NAME})?=/.{{1,4000}}",
+            pattern_text="NAME[:TYPE]=/absolute/path",
+            shown_default="empty (no device files)",
+        ),
+    },
+    "cgroup": {
+        "constrain_cores": Key(
+            bool, True, "Confine each job to the CPUs the controller gave it on the node (`cpuset.cpus`)."
+        ),
+        "constrain_ram_space": Key(
+            bool,
+            True,
+            "Cap each job's memory at what it was allocated (`--mem`, `--mem-per-cpu` times its CPUs there), "
+            "scaled by `allowed_ram_percent`; a job over it is killed and ends `OUT_OF_MEMORY`. Jobs that asked "
+            "for no memory are not capped.",
+        ),
+        "allowed_ram_percent": Key(
+            float,
+            100.0,
+            "The memory cap as a percentage of the allocation; `125` gives jobs a quarter more as headroom.",
+            min=1,
+            max=10000,
+        ),
+        "constrain_swap": Key(
+            bool,
+            False,
+            "Also cap memory plus swap at the same value, so a job cannot spill its overrun into swap.",
+        ),
+        "oom_kill_job": Key(
+            bool,
+            True,
+            "When the OOM killer kills any process of a job, end the whole job (`OUT_OF_MEMORY`), not only "
+            "that process.",
+        ),
+        "cpu_quota": Key(
+            bool,
+            False,
+            "Also give each job a CFS quota of its CPU count (`cpu.max`, `cpu.cfs_quota_us`); off by default "
+            "because the cpuset is the bound, as in Slurm.",
+        ),
+        "constrain_devices": Key(
+            bool,
+            True,
+            "Deny every device node to a job but the base pseudo-devices, the host-infrastructure set, its "
+            "allocated `gres_files` and `extra_device_paths`.",
+        ),
+        "extra_device_paths": Key(
+            list,
+            [],
+            'Device files every job may open besides the built-in set, like `["/dev/nvidiactl"]`.',
+            path=True,
+        ),
+        "required": Key(
+            bool,
+            False,
+            "Refuse a launch whose limits or device filter cannot be installed on this host (the job is "
+            "requeued) instead of running it with less enforcement.",
         ),
     },
     "accounting": {
@@ -398,14 +466,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "munge_socket": Key(
             str,
             DEFAULT_MUNGE_SOCKET,
-            "The munged socket. With `type = \"munge\"`, spurctld and spurd refuse to start while it does not "
+            'The munged socket. With `type = "munge"`, spurctld and spurd refuse to start while it does not '
             "exist (start munged first).",
             path=True,
         ),
         "allow_unauthenticated_network": Key(
             bool,
             False,
-            "With `type = \"none\"`, let spurctld and spurd listen (`listen_addr`) on an address other hosts "
+            'With `type = "none"`, let spurctld and spurd listen (`listen_addr`) on an address other hosts '
             "can reach. Anyone who reaches the port can then act as any user, root included; the daemons log a "
             "WARNING at start. Use it only on a network that nobody else can reach; use `munge` everywhere else.",
         ),
@@ -753,6 +821,15 @@ def _validate_agent(conf: Config) -> None:
             f"{too_many[0]}={offer[too_many[0]]} is out of range",
             f"use a count from 0 to {MAX_GRES_COUNT}",
         )
+    files = parse_gres_files(a.gres_files)
+    for key, paths in files.items():
+        if len(paths) != offer.get(key, 0):
+            raise _fail(
+                "agent",
+                "gres_files",
+                f"{len(paths)} files for {key}, but gres offers {offer.get(key, 0)}",
+                f"list one file per unit of {key} in gres, in index order",
+            )
     if len(a.features) > MAX_FEATURES:
         raise _fail("agent", "features", f"{len(a.features)} features", f"list at most {MAX_FEATURES}")
     if a.stepd_path and not (os.path.isfile(a.stepd_path) and os.access(a.stepd_path, os.X_OK)):
@@ -777,7 +854,7 @@ def _validate_exposure(conf: Config, section: str) -> None:
     raise _fail(
         section,
         "listen_addr",
-        f"{listen} can be reached from other hosts, and [auth] type = \"none\" lets any caller act as any user",
+        f'{listen} can be reached from other hosts, and [auth] type = "none" lets any caller act as any user',
         'use [auth] type = "munge", listen on a loopback address (127.0.0.1), or accept the risk with '
         "[auth] allow_unauthenticated_network = true",
     )

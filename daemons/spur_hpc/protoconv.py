@@ -30,3 +30,28 @@ def spec_to_pb(spec: dict[str, Any], brief: bool = False) -> slurm_pb2.JobSpec:
     if not brief:
         pb_spec.environment.update(spec.get("environment") or {})
     return pb_spec
+
+
+def alloc_to_pb(job: dict[str, Any], node: str) -> slurm_pb2.NodeAllocation:
+    """The job's share of one node (job["alloc"]["per_node"]), for LaunchJob / LaunchStep."""
+    alloc = job.get("alloc") or {}
+    held = (alloc.get("per_node") or {}).get(node) or {}
+    gres_ids = held.get("gres_ids") or {}
+    return slurm_pb2.NodeAllocation(
+        cpus=int(held.get("cpus", alloc.get("cpus", 0))),
+        memory_mb=int(held.get("memory_mb", alloc.get("memory_mb", 0))),
+        cpu_ids=list(held.get("cpu_ids") or ()),
+        gres=[slurm_pb2.GresUnits(key=key, indices=list(ids)) for key, ids in sorted(gres_ids.items())],
+        chosen="cpu_ids" in held,
+    )
+
+
+def alloc_from_pb(pb: slurm_pb2.NodeAllocation) -> dict[str, Any]:
+    """A NodeAllocation as the launch record keeps it (spurstepd reads it from there)."""
+    return {
+        "cpus": int(pb.cpus),
+        "memory_mb": int(pb.memory_mb),
+        "cpu_ids": [int(i) for i in pb.cpu_ids],
+        "gres_ids": {unit.key: [int(i) for i in unit.indices] for unit in pb.gres},
+        "chosen": bool(pb.chosen),
+    }

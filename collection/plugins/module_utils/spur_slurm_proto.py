@@ -466,6 +466,22 @@ message AgentPingReply {
 
 message LaunchJobRequest {
   Job job = 1;           // job_id, attempt and spec are used
+  NodeAllocation alloc = 2;  // what the controller gave the job on this node (enforced by spurstepd)
+}
+
+// One node's share of a job, decided by the controller and kept in the job record (alloc.per_node), so a
+// restarted spurd or controller never hands the same CPU or device to two jobs.
+message NodeAllocation {
+  int32 cpus = 1;
+  int64 memory_mb = 2;              // 0 = the job asked for no memory: no cap
+  repeated int32 cpu_ids = 3;       // indices into the node's usable CPUs (empty: not chosen, before WAL level 3)
+  repeated GresUnits gres = 4;      // exact units of each counted resource
+  bool chosen = 5;                  // cpu_ids / gres units were chosen by the controller
+}
+
+message GresUnits {
+  string key = 1;                   // gpu, gpu:a100, ...
+  repeated int32 indices = 2;       // unit indices of that key on the node ([agent] gres_files order)
 }
 
 message LaunchJobReply {
@@ -491,6 +507,7 @@ message LaunchStepRequest {
   repeated int32 task_ids = 3;    // the global task ids (SLURM_PROCID) that run on this node
   int32 node_index = 4;           // SLURM_NODEID: this node's place in step.nodes
   CreateStepRequest request = 5;  // argv, environment, work_dir, I/O address and token, output paths
+  NodeAllocation alloc = 6;       // the job's share of this node: the step's cgroup lives inside those limits
 }
 
 message LaunchStepReply {

@@ -34,6 +34,7 @@ from spur_hpc.model import (
     split_host_port,
 )
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+from spur_hpc.stepd import enforce
 from spur_hpc.stepd.session import SessionError
 
 STARTUP_REPORT_SECS = 10.0  # inline CompleteJob reports at start may take this long in all
@@ -83,6 +84,7 @@ class AgentDaemon(Daemon):
         self.probe: ProbeServer | None = None
         self.log_level = "info"
         self._lock_fd = -1
+        self.cgroup_layout: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
 
     # -------------------------------------------------------------- configuration
@@ -127,6 +129,13 @@ class AgentDaemon(Daemon):
             )
         except (OSError, SessionError) as exc:
             raise StartupError(f"[agent] state_dir {a.state_dir}: {exc}; fix its owner/permissions") from None
+        # [cgroup] is read here, once: every launch record carries it to spurstepd (reconfigure does not).
+        self.table.enforce = {
+            "cgroup": enforce.cgroup_settings(self.conf.cgroup),
+            "gres_files": conf.parse_gres_files(a.gres_files),
+        }
+        self.cgroup_layout = enforce.host_layout()
+        self.log.info("resource enforcement: %s", enforce.describe_layout(self.cgroup_layout))
         try:
             self._lock_state_dir()
             self.server, _port = grpcutil.create_server(normalize_addr(a.listen_addr, AGENT_GRPC_PORT))
@@ -384,6 +393,7 @@ class AgentDaemon(Daemon):
                 "running_jobs": [{"job_id": j, "attempt": a, "supervisor_pid": p} for j, a, p in running],
                 "pending_reports": table.finished.qsize() if table is not None else 0,
                 "resources": {"cpus": self.cpus, "memory_mb": self.memory_mb},
+                "cgroup": dict(self.cgroup_layout, settings=(self.table.enforce or {}).get("cgroup") if table else {}),
                 "state_dir": table.state_path if table is not None else "",
                 "last_heartbeat": self.last_heartbeat,
                 "started": self.started,

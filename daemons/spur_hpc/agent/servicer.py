@@ -11,7 +11,7 @@ import grpc
 from spur_hpc import auth, buildinfo
 from spur_hpc.agent.supervisors import LaunchError, SupervisorTable
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
-from spur_hpc.protoconv import spec_from_pb
+from spur_hpc.protoconv import alloc_from_pb, spec_from_pb
 from spur_hpc.stepd.jobspec import InvalidJob
 from spur_hpc.stepd.session import LAUNCH_JOB_FIELDS
 
@@ -98,6 +98,7 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
                 spec_to_dict(job.spec),
                 job.spec.script,
                 {key: getattr(job, key) for key in LAUNCH_JOB_FIELDS},
+                alloc_from_pb(request.alloc) if request.HasField("alloc") else None,
             )
         except InvalidJob as exc:
             log.warning("LaunchJob of job %d attempt %d refused: %s", job.job_id, job.attempt, exc)
@@ -144,7 +145,12 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
         }
         try:
             pid, already = self.table.launch_step(
-                job.job_id, job.attempt, list(job.nodes), spec_to_dict(job.spec), record
+                job.job_id,
+                job.attempt,
+                list(job.nodes),
+                spec_to_dict(job.spec),
+                record,
+                alloc_from_pb(request.alloc) if request.HasField("alloc") else None,
             )
         except InvalidJob as exc:
             log.warning("LaunchStep of %s refused: %s", label, exc)

@@ -122,6 +122,8 @@ class SupervisorTable:
         self.lock = threading.Lock()
         self.finished: queue.Queue[Session] = queue.Queue()
         self.collected: OrderedDict[tuple[int, int], int] = OrderedDict()
+        # What every launch record carries for spurstepd to enforce ([cgroup], gres files); spurd sets it.
+        self.enforce: dict[str, Any] = {}
 
     def close(self) -> None:
         os.close(self.state_fd)
@@ -161,10 +163,12 @@ class SupervisorTable:
         spec: dict[str, Any],
         script: str,
         job_fields: dict[str, int] | None = None,
+        alloc: dict[str, Any] | None = None,
     ) -> tuple[int, bool]:
         """Start a supervisor for (job_id, attempt); (supervisor pid, already_running). Idempotent per attempt.
 
-        job_fields: the Job's array_job_id, array_task_id and restart_count for the launch record."""
+        job_fields: the Job's array_job_id, array_task_id and restart_count for the launch record.
+        alloc: the job's share of this node as the controller decided it (protoconv.alloc_from_pb)."""
         jobspec.check_launch(job_id, attempt, script, spec)  # raises InvalidJob: one line for the controller
         key = (job_id, attempt, "")
         with self.lock:
@@ -210,7 +214,7 @@ class SupervisorTable:
                 )
                 old.report = False
                 self.signal(old, 0)
-            self._start(session, nodes, spec, script, job_fields)
+            self._start(session, nodes, spec, script, job_fields, alloc=alloc)
         except BaseException as exc:
             session.launch_error = str(exc)
             raise
@@ -222,7 +226,13 @@ class SupervisorTable:
         return session.supervisor_pid, False
 
     def launch_step(
-        self, job_id: int, attempt: int, nodes: list[str], spec: dict[str, Any], step: dict[str, Any]
+        self,
+        job_id: int,
+        attempt: int,
+        nodes: list[str],
+        spec: dict[str, Any],
+        step: dict[str, Any],
+        alloc: dict[str, Any] | None = None,
     ) -> tuple[int, bool]:
         """Start the supervisor of this node's part of a job step; (supervisor pid, already_running).
         Idempotent per (job, attempt, step): a retried LaunchStep answers with the first supervisor."""
@@ -245,7 +255,7 @@ class SupervisorTable:
                 raise LaunchError(existing.launch_error)
             return existing.supervisor_pid, True
         try:
-            self._start(session, nodes, spec, "", step=step)
+            self._start(session, nodes, spec, "", step=step, alloc=alloc)
         except BaseException as exc:
             session.launch_error = str(exc)
             raise
@@ -265,6 +275,7 @@ class SupervisorTable:
         script: str,
         job_fields: dict[str, int] | None = None,
         step: dict[str, Any] | None = None,
+        alloc: dict[str, Any] | None = None,
     ) -> None:
         name = session_name(session.job_id, session.attempt, session.step)
         try:
@@ -278,10 +289,11 @@ class SupervisorTable:
             self._forget(session)
             raise LaunchError(f"cannot create session {self.state_path}/{name}: {exc}") from None
         try:
+            enforce = dict(self.enforce, alloc=alloc) if self.enforce else None
             if step is not None:
-                write_step_launch(session.dir, self.node, nodes, spec, step)
+                write_step_launch(session.dir, self.node, nodes, spec, step, enforce)
             else:
-                write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields)
+                write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields, enforce)
             log_fd = session.dir.open_log()
         except OSError as exc:
             self._discard(session)

@@ -23,6 +23,7 @@ from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.steplaunch import StepLauncher
 from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
+from spur_hpc.protoconv import alloc_to_pb
 
 log = logging.getLogger("spurctld.leader")
 
@@ -304,7 +305,7 @@ class LeaderDuties:
                 return
             head = job["nodes"][0]
             address = self.raft.read(lambda s: s.nodes[head]["address"])
-            request = slurm_pb2.LaunchJobRequest(job=self.job_to_pb(job))
+            request = slurm_pb2.LaunchJobRequest(job=self.job_to_pb(job), alloc=alloc_to_pb(job, head))
             try:
                 reply = self.agents.stub(address).LaunchJob(
                     request, timeout=LAUNCH_RPC_TIMEOUT, metadata=self.agents.metadata()

@@ -383,11 +383,40 @@ def hold(s: ClusterState, job: dict[str, Any], names: list[str]) -> dict[str, An
                 alloc_gres[key] = alloc_gres.get(key, 0) + count
         if exclusive:
             node["exclusive_job"] = job["job_id"]
+        if getattr(s, "wal_level", 0) >= 3:
+            # Exact units, from level 3 on only (a member still at level 2 would not write these fields).
+            held = dict(held, **choose_units(s, node, held))
         node["jobs"].append(job["job_id"])
         per_node[name] = held
     first = per_node[names[0]] if names else {"cpus": 0, "memory_mb": 0, "gres": {}}
     # cpus / memory_mb: what the first node holds (readers before per_node, like steplaunch, read these).
     return {"cpus": first["cpus"], "memory_mb": first["memory_mb"], "exclusive": exclusive, "per_node": per_node}
+
+
+def units_in_use(s: ClusterState, node: dict[str, Any]) -> tuple[set[int], dict[str, set[int]]]:
+    """The CPU indices and gres unit indices the node's running jobs hold (their job records say which)."""
+    cpus: set[int] = set()
+    gres: dict[str, set[int]] = {}
+    for job_id in node["jobs"]:
+        other = s.jobs.get(job_id)
+        held = (((other or {}).get("alloc") or {}).get("per_node") or {}).get(node["name"]) or {}
+        cpus.update(held.get("cpu_ids") or ())
+        for key, indices in (held.get("gres_ids") or {}).items():
+            gres.setdefault(key, set()).update(indices)
+    return cpus, gres
+
+
+def choose_units(s: ClusterState, node: dict[str, Any], held: dict[str, Any]) -> dict[str, Any]:
+    """Which CPUs (indices into the node's usable CPUs) and which units of each gres key the job gets: the
+    lowest free ones. Kept in the job record, so every member, a new leader and a restarted spurd agree on
+    them and a unit is never handed to two jobs."""
+    used_cpus, used_gres = units_in_use(s, node)
+    free_cpus = [i for i in range(node["cpus"]) if i not in used_cpus]
+    gres_ids = {}
+    for key, count in sorted(held["gres"].items()):
+        taken = used_gres.get(key, set())
+        gres_ids[key] = [i for i in range(int((node.get("gres") or {}).get(key, 0))) if i not in taken][:count]
+    return {"cpu_ids": free_cpus[: held["cpus"]], "gres_ids": gres_ids}
 
 
 def release(s: ClusterState, job: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from spur_hpc.controller.steps import (
 )
 from spur_hpc.model import CANCELLED, COMPLETED, FAILED, FINISHED_STATES, RUNNING, TIMEOUT
 from spur_hpc.proto import slurm_pb2
+from spur_hpc.protoconv import alloc_to_pb
 
 log = logging.getLogger("spurctld.steps")
 
@@ -257,7 +258,12 @@ class StepLauncher:
             if missing_only and node in (step.get("node_results") or {}):
                 continue
             request = slurm_pb2.LaunchStepRequest(
-                job=job_pb, step=step_pb, task_ids=step["layout"][node], node_index=index, request=request_pb
+                job=job_pb,
+                step=step_pb,
+                task_ids=step["layout"][node],
+                node_index=index,
+                request=request_pb,
+                alloc=alloc_to_pb(job, node),
             )
             args = (job, step, node, addresses.get(node), request)
             threads.append(threading.Thread(target=self._launch_one, args=args, name=f"step-{job_id}.{step_id}"))

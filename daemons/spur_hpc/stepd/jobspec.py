@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spur_hpc import model
+from spur_hpc.stepd.enforce import gpu_environment
 from spur_hpc.stepd.session import launch_job_field
 
 SCRIPT_FD = 3  # the job reads its script from this descriptor (a memfd); see Supervisor.spawn
@@ -214,6 +215,7 @@ def job_environment(launch: dict[str, Any], ident: Identity) -> dict[str, str]:
     }
     slurm.update({key: value for key, value in optional.items() if value})
     slurm.update(array_environment(launch))
+    slurm.update(gpu_environment(launch))  # the GPUs the controller gave the job here, by index
     env.update(slurm)
     return env
 

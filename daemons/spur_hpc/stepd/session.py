@@ -328,10 +328,12 @@ def write_launch(
     spec: dict[str, Any],
     script: bytes,
     job_fields: dict[str, int] | None = None,
+    enforce: dict[str, Any] | None = None,
 ) -> None:
     """Write the script, then the launch record that names its checksum (spurd, before starting spurstepd).
 
-    job_fields: the Job's LAUNCH_JOB_FIELDS (array_job_id, array_task_id, restart_count), 0 when absent."""
+    job_fields: the Job's LAUNCH_JOB_FIELDS (array_job_id, array_task_id, restart_count), 0 when absent.
+    enforce: what spurstepd enforces (stepd/enforce.py: the node allocation, [cgroup], gres files)."""
     session.write_bytes(SCRIPT_FILE, script)
     fields = job_fields or {}
     body = {
@@ -343,11 +345,18 @@ def write_launch(
         "script_sha256": hashlib.sha256(script).hexdigest(),
         **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
     }
+    if enforce is not None:
+        body["enforce"] = enforce
     session.write_record(LAUNCH_FILE, "launch", body)
 
 
 def write_step_launch(
-    session: SessionDir, node: str, nodes: list[str], spec: dict[str, Any], step: dict[str, Any]
+    session: SessionDir,
+    node: str,
+    nodes: list[str],
+    spec: dict[str, Any],
+    step: dict[str, Any],
+    enforce: dict[str, Any] | None = None,
 ) -> None:
     """A step session's launch record: the allocation's spec and nodes, and in "step" this node's part of the
     step (its task ids, the command, the I/O address and token); its script file is empty."""
@@ -361,4 +370,6 @@ def write_step_launch(
         "script_sha256": hashlib.sha256(b"").hexdigest(),
         "step": step,
     }
+    if enforce is not None:
+        body["enforce"] = enforce
     session.write_record(LAUNCH_FILE, "launch", body)

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from spur_hpc.stepd import jobspec
+from spur_hpc.stepd.enforce import Enforcer
 from spur_hpc.stepd.jobspec import SCRIPT_FD, Identity
 from spur_hpc.stepd.session import (
     LAUNCH_FILE,
@@ -34,6 +35,7 @@ log = logging.getLogger("spurstepd")
 DEFAULT_KILL_WAIT_SECS = 5.0  # SIGTERM -> SIGKILL grace on cancel and time limit (Slurm's KillWait)
 LEFTOVER_WAIT_SECS = 5.0
 COMPLETED, FAILED, CANCELLED, TIMEOUT = "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"
+OUT_OF_MEMORY = "OUT_OF_MEMORY"
 
 
 def read_launch(session: SessionDir) -> tuple[dict[str, Any], bytes]:
@@ -69,6 +71,8 @@ class Supervisor:
         self.script = b""
         self.ident: Identity | None = None
         self.tracker: Tracker = ProcessTreeTracker()
+        self.enforcer: Enforcer | None = None
+        self._oom_kills = 0
         self.job_pid = 0
         self.start_time = 0.0
         self.setup_error = ""
@@ -111,6 +115,15 @@ class Supervisor:
         self.tracker = self._choose_tracker()
 
     def _choose_tracker(self) -> Tracker:
+        tracker = self._tracker()
+        # The limits of the allocation ([cgroup]); EnforcementError (required = true) refuses the launch.
+        self.enforcer = Enforcer(
+            self.launch, os.path.dirname(self.session.path), self.job_id, self.attempt, self.session.step
+        )
+        self.enforcer.install(getattr(tracker, "path", ""))
+        return tracker
+
+    def _tracker(self) -> Tracker:
         if not self.use_cgroup:
             log.info("job %d: cgroups disabled on the command line; tracking the job by its process tree", self.job_id)
             return ProcessTreeTracker()
@@ -175,6 +188,8 @@ class Supervisor:
             )
             self.tracker.cleanup()
             self.tracker = ProcessTreeTracker()
+        if self.enforcer is not None:
+            self.enforcer.place(pid)
         os.write(go_w, b"1")  # the child may go on: it is tracked now
         os.close(go_w)
         message = b""
@@ -372,6 +387,7 @@ class Supervisor:
                 )
                 self.tracker.kill_all()
                 self._kill_at = now + 1.0  # and again, should anything survive
+            self._check_oom()
             for sig in signals:
                 count = self.tracker.signal(sig)
                 log.info("job %d: delivered signal %d to %d processes", self.job_id, sig, count)
@@ -425,6 +441,30 @@ class Supervisor:
         self.tracker.signal(signal.SIGTERM)
         self._kill_at = time.monotonic() + self.kill_wait
 
+    def _check_oom(self) -> None:
+        """A new OOM kill in the job's cgroup: with [cgroup] oom_kill_job, the whole job goes with it."""
+        if self.enforcer is None:
+            return
+        kills = self.enforcer.oom_kills()
+        if kills <= self._oom_kills:
+            return
+        self._oom_kills = kills
+        log.warning("job %d: %s", self.job_id, self._oom_line())
+        if self.enforcer.plan.settings.get("oom_kill_job"):
+            self.tracker.kill_all()
+            self.enforcer.kill_all()
+
+    def _oom_line(self) -> str:
+        step = self.session.step or "batch"
+        return f"Detected {self._oom_kills} oom-kill event(s) in StepId={self.job_id}.{step} cgroup"
+
+    def _oom_reason(self) -> str:
+        """The reason of an OUT_OF_MEMORY end when the OOM killer struck in the job's cgroup, else "". As in
+        Slurm, a cancel or a time limit keeps its own state; the exit code is the script's."""
+        if self.enforcer is not None:
+            self._oom_kills = max(self._oom_kills, self.enforcer.oom_kills())
+        return self._oom_line() if self._oom_kills else ""
+
     def _drain_wake(self) -> None:
         try:
             while os.read(self._wake_r, 512):
@@ -457,7 +497,10 @@ class Supervisor:
                 self._reap()
                 time.sleep(0.02)
         self._reap()
+        oom_reason = self._oom_reason()  # read before the cgroup goes
         self.tracker.cleanup()
+        if self.enforcer is not None:
+            self.enforcer.cleanup()
         os.close(self._pidfd)
         exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
@@ -470,6 +513,8 @@ class Supervisor:
         else:
             state = FAILED
         reason = self.setup_error or self._cancel_reason or ("time limit" if self._timed_out else "")
+        if oom_reason and state in (COMPLETED, FAILED):
+            state, reason = OUT_OF_MEMORY, reason or oom_reason
         result = {
             "job_id": self.job_id,
             "attempt": self.attempt,

@@ -27,7 +27,16 @@ from typing import Any
 from spur_hpc import model, stepio
 from spur_hpc.stepd import jobspec
 from spur_hpc.stepd.session import RESULT_FILE, SessionError
-from spur_hpc.stepd.supervisor import CANCELLED, COMPLETED, FAILED, LEFTOVER_WAIT_SECS, TIMEOUT, Supervisor, read_launch
+from spur_hpc.stepd.supervisor import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    LEFTOVER_WAIT_SECS,
+    OUT_OF_MEMORY,
+    TIMEOUT,
+    Supervisor,
+    read_launch,
+)
 from spur_hpc.stepd.tracking import ProcessTreeTracker
 
 log = logging.getLogger("spurstepd")
@@ -188,6 +197,8 @@ class StepSupervisor(Supervisor):
             log.warning("step %d: cannot move pid %d into %s (%s)", self.job_id, pid, self.tracker.describe(), exc)
             self.tracker.cleanup()
             self.tracker = ProcessTreeTracker()
+        if self.enforcer is not None:
+            self.enforcer.place(pid)
         os.write(go_w, b"1")
         os.close(go_w)
         message = b""
@@ -395,7 +406,10 @@ class StepSupervisor(Supervisor):
                 self._reap()
                 time.sleep(0.02)
         self._reap()
+        oom_reason = self._oom_reason()  # read before the cgroup goes
         self.tracker.cleanup()
+        if self.enforcer is not None:
+            self.enforcer.cleanup()
         os.close(self._pidfd)
         os.close(self._never_w)
         codes = {t: (os.WEXITSTATUS(s) if os.WIFEXITED(s) else 0) for t, s in self.task_status.items()}
@@ -412,6 +426,8 @@ class StepSupervisor(Supervisor):
         if self.setup_error and exit_code == 0:
             exit_code = 1
         reason = self.setup_error or self._cancel_reason or self._bad_exit
+        if oom_reason and state in (COMPLETED, FAILED):
+            state, reason = OUT_OF_MEMORY, reason or oom_reason
         result = {
             "job_id": self.job_id,
             "attempt": self.attempt,
