@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_accounting_sacct_cluster import Shell
 
+import pg
 from agents import AgentProc
 from harness import wait_until
 from prereqs import needs_root
@@ -187,3 +189,31 @@ def test_with_required_a_launch_whose_limits_cannot_be_installed_is_refused_and_
     assert state(job) == "PENDING" and job.attempt >= 2, job
     assert "cpuset not installed" in job.reason and "required = true refuses the launch" in job.reason, job.reason
     assert "\n" not in job.reason
+
+
+pg_server, pg_database = pg.pg_server, pg.pg_database  # fixtures, bound by name
+
+
+@needs_v1
+def test_scontrol_and_sacct_show_an_out_of_memory_job_as_slurm_does(make_cluster, tmp_path, pg_database, pg_server):
+    extra = f'[accounting]\ndatabase_url = "{pg_database.url}"\npassword_file = "{pg_server.password_file}"\n'
+    one = make_cluster(1, extra_sections=extra)
+    agent(one, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    shell = Shell(one, work)
+    (work / "hog.sh").write_text("#!/bin/sh\npython3 -c \"b = b'x' * (256 * 1024 * 1024)\"\n")
+    job_id = int(shell("sbatch", "--parsable", "--mem=64M", str(work / "hog.sh")).split(";")[0])
+    wait_until(
+        lambda: "JobState=OUT_OF_MEMORY" in shell("scontrol", "show", "job", str(job_id)) or None,
+        60,
+        "scontrol to show the job OUT_OF_MEMORY",
+    )
+
+    def ended() -> str | None:
+        row = shell("sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ExitCode").strip()
+        return row if row and not row.startswith(("PENDING", "RUNNING")) else None
+
+    row = wait_until(ended, 60, "accounting to record the job's end")
+    assert row.split("|")[0] == "OUT_OF_MEMORY", row
+    assert row.split("|")[1] in ("137:0", "0:9"), "the script's own exit status, as Slurm reports it"
