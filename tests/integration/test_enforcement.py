@@ -217,3 +217,31 @@ def test_scontrol_and_sacct_show_an_out_of_memory_job_as_slurm_does(make_cluster
     row = wait_until(ended, 60, "accounting to record the job's end")
     assert row.split("|")[0] == "OUT_OF_MEMORY", row
     assert row.split("|")[1] in ("137:0", "0:9"), "the script's own exit status, as Slurm reports it"
+
+
+@needs_v1
+def test_a_step_runs_inside_its_jobs_limits_in_a_child_cgroup_and_an_oom_killed_step_ends_out_of_memory(
+    one, tmp_path, work
+):
+    spurd = agent(one, tmp_path, cpus=2)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    shell = Shell(one, work)
+    (work / "steps.sh").write_text(
+        "#!/bin/sh\n"
+        "srun python3 -c \"import os; print('cpus', len(os.sched_getaffinity(0)))\"\n"
+        "srun cat /proc/self/cgroup\n"
+        "srun python3 -c \"b = b'x' * (256 * 1024 * 1024)\"\n"
+        'echo "srun exit $?"\n'
+    )
+    job_id = int(shell("sbatch", "--parsable", "-c", "1", "--mem=64M", str(work / "steps.sh")).split(";")[0])
+    c = Client(one)
+    job = c.wait_state(job_id, {"COMPLETED", "FAILED", "OUT_OF_MEMORY"}, timeout=60)
+    output = (work / f"slurm-{job_id}.out").read_text()
+    assert "cpus 1" in output, output
+    parent = agent_cgroup_dir(V1["memory"], spurd.name, str(spurd.state_dir))
+    own = os.path.relpath(parent, V1["memory"])
+    assert f"memory:/{own}/job_{job_id}_1/step_1" in output, output
+    steps = {step.step_id: slurm_pb2.JobState.Name(step.state) for step in job.steps}
+    assert steps.get("2") == "OUT_OF_MEMORY", steps
+    assert "srun exit 0" not in output
