@@ -245,3 +245,14 @@ def test_a_step_runs_inside_its_jobs_limits_in_a_child_cgroup_and_an_oom_killed_
     steps = {step.step_id: slurm_pb2.JobState.Name(step.state) for step in job.steps}
     assert steps.get("2") == "OUT_OF_MEMORY", steps
     assert "srun exit 0" not in output
+
+
+@pytest.mark.skipif("cpu" not in V1, reason="needs the cgroup v1 cpu hierarchy")
+def test_cpu_quota_true_gives_a_job_a_cfs_quota_of_its_cpus(one, tmp_path, work):
+    c = Client(one)
+    spurd = agent(one, tmp_path, extra="\n[cgroup]\ncpu_quota = true\n")
+    script = 'cat $(awk -F: \'$2 == "cpu" {print "' + V1["cpu"] + "\" $3}' /proc/self/cgroup)/cpu.cfs_quota_us"
+    job_id = c.submit(script + " > quota-$SLURM_JOB_ID\n", work, cpus_per_task=2)
+    assert state(c.wait_state(job_id, {"COMPLETED", "FAILED"})) == "COMPLETED"
+    assert (work / f"quota-{job_id}").read_text().strip() == "200000"
+    assert "cpu via v1" in spurd.log_text()
