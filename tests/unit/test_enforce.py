@@ -121,3 +121,11 @@ def test_cgroup_keys_have_slurm_like_defaults_and_gres_files_must_match_the_coun
     assert "[agent] gres_files" in message and "1 files for gpu, but gres offers 2" in message
     message = one_line_error(load_text, tmp_path, agent_toml(gres_files='["gpu=nvidia0"]'), role="agent")
     assert "gres_files" in message
+
+
+def test_a_mem_per_cpu_job_is_capped_at_its_memory_per_cpu_times_the_cpus_it_holds() -> None:
+    s = cluster(("n1", 4, {}, ()))
+    job = submit(s, mem_per_cpu_mb=100, cpus_per_task=2)
+    start_planned(s)
+    alloc = alloc_from_pb(alloc_to_pb(s.jobs[job], "n1"))
+    assert enforce.Plan(launch(alloc)).memory_bytes == 200 * enforce.MIB

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from spur_hpc.stepd import jobspec
-from spur_hpc.stepd.enforce import Enforcer
+from spur_hpc.stepd.enforce import EnforcementError, Enforcer
 from spur_hpc.stepd.jobspec import SCRIPT_FD, Identity
 from spur_hpc.stepd.session import (
     LAUNCH_FILE,
@@ -120,7 +120,12 @@ class Supervisor:
         self.enforcer = Enforcer(
             self.launch, os.path.dirname(self.session.path), self.job_id, self.attempt, self.session.step
         )
-        self.enforcer.install(getattr(tracker, "path", ""))
+        try:
+            self.enforcer.install(getattr(tracker, "path", ""))
+        except EnforcementError:
+            self.enforcer.cleanup()  # a refused launch leaves no cgroup behind
+            tracker.cleanup()
+            raise
         return tracker
 
     def _tracker(self) -> Tracker:
