@@ -3,6 +3,7 @@ cgroups (the v1 memory, cpuset and devices hierarchies of a hybrid host; see doc
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -16,8 +17,8 @@ from agents import AgentProc
 from harness import wait_until
 from prereqs import needs_root
 from spur_hpc.proto import slurm_pb2
-from spur_hpc.stepd.enforce import find_v1_mounts
-from spur_hpc.stepd.tracking import agent_cgroup_dir
+from spur_hpc.stepd.enforce import BASE_DEVICE_RULES, attach_device_filter, find_v1_mounts
+from spur_hpc.stepd.tracking import agent_cgroup_dir, find_cgroup2_mount
 
 pytestmark = [pytest.mark.slow, needs_root()]
 
@@ -256,3 +257,34 @@ def test_cpu_quota_true_gives_a_job_a_cfs_quota_of_its_cpus(one, tmp_path, work)
     assert state(c.wait_state(job_id, {"COMPLETED", "FAILED"})) == "COMPLETED"
     assert (work / f"quota-{job_id}").read_text().strip() == "200000"
     assert "cpu via v1" in spurd.log_text()
+
+
+@pytest.mark.skipif(find_cgroup2_mount() is None, reason="needs a cgroup2 mount")
+def test_the_cgroup_v2_device_program_lets_a_process_open_the_allowed_devices_only(tmp_path):
+    gpus = fake_gpus(tmp_path)
+    cgroup = os.path.join(find_cgroup2_mount(), f"spur-test-devices-{os.getpid()}")
+    os.mkdir(cgroup)
+    try:
+        rules = [*BASE_DEVICE_RULES, "c 1:11 rwm"]  # gpu0 (the kmsg device), not gpu1
+        attach_device_filter(cgroup, rules)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+                seen = {}
+                for path in ("/dev/null", *map(str, gpus)):
+                    try:
+                        os.close(os.open(path, os.O_RDONLY))
+                        seen[path] = "ok"
+                    except OSError as exc:
+                        seen[path] = errno.errorcode[exc.errno]
+                os.write(write_end, json.dumps(seen).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        seen = json.loads(os.read(read_end, 65536))
+        os.waitpid(pid, 0)
+        assert seen == {"/dev/null": "ok", str(gpus[0]): "ok", str(gpus[1]): "EPERM"}, seen
+    finally:
+        os.rmdir(cgroup)

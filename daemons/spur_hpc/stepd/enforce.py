@@ -9,8 +9,9 @@ an allocation, it only installs it. Which hierarchy carries each limit is chosen
 - cgroup v1, on a hybrid host (the v2 tree without those controllers, the v1 memory / cpuset / devices / cpu
   hierarchies mounted): <v1 mount>/spur/<node>-<hash>/job_<id>_<attempt>, a step in a child step_<id> of it.
   memory.limit_in_bytes, memory.memsw.limit_in_bytes, cpuset.cpus, devices.deny / devices.allow, cpu.cfs_*.
-- The device filter on a pure v2 host needs a BPF program; this release does not install one there: it logs
-  "device filter not installed" and runs the job unfiltered (or refuses the launch with required = true).
+- The device filter: the v1 devices controller where it is mounted, else a BPF_PROG_TYPE_CGROUP_DEVICE program
+  attached to the job's cgroup v2 directory. Without the capabilities for that it logs "device filter not
+  installed" and runs the job unfiltered (or refuses the launch with required = true).
 
 Anything that cannot be installed is one log line and a degraded job, unless [cgroup] required = true: then the
 launch is refused with that line.
@@ -111,7 +112,7 @@ def host_layout() -> dict[str, Any]:
             use[limit] = "v1"
         else:
             use[limit] = "none"
-    use["devices"] = "v1" if "devices" in v1 else ("none (v2 needs a BPF device program)" if v2 else "none")
+    use["devices"] = "v1" if "devices" in v1 else ("v2 BPF" if v2 else "none")
     return {
         "cgroup2_mount": v2 or "",
         "cgroup2_controllers": sorted(v2_has),
@@ -210,6 +211,95 @@ def gpu_environment(launch: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# ------------------------------------------------------------------ the cgroup v2 device filter (BPF)
+
+BPF_PROG_LOAD, BPF_PROG_ATTACH = 5, 8
+BPF_PROG_TYPE_CGROUP_DEVICE, BPF_CGROUP_DEVICE = 15, 6
+BPF_DEVCG_DEV_BLOCK, BPF_DEVCG_DEV_CHAR = 1, 2
+BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    import struct
+
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def device_program(rules: list[str]) -> bytes:
+    """A BPF_PROG_TYPE_CGROUP_DEVICE program allowing exactly the devices.allow-style rules ("c 1:3 rwm",
+    "c 136:* rwm"; access is not narrowed) and denying everything else."""
+    ldx_w, and_k, jne_k, mov_k, exit_ = 0x61, 0x57, 0x55, 0xB7, 0x95
+    code = [
+        _insn(ldx_w, dst=2, src=1, off=0),  # r2 = access_type
+        _insn(and_k, dst=2, imm=0xFFFF),  # r2 = device type
+        _insn(ldx_w, dst=3, src=1, off=4),  # r3 = major
+        _insn(ldx_w, dst=4, src=1, off=8),  # r4 = minor
+    ]
+    for rule in rules:
+        kind, number = rule.split()[:2]
+        major, _, minor = number.partition(":")
+        checks = [(2, BPF_DEVCG_DEV_CHAR if kind == "c" else BPF_DEVCG_DEV_BLOCK)]
+        if major != "*":
+            checks.append((3, int(major)))
+        if minor != "*":
+            checks.append((4, int(minor)))
+        block_len = len(checks) + 2
+        for index, (reg, value) in enumerate(checks):
+            code.append(_insn(jne_k, dst=reg, off=block_len - 1 - index, imm=value))
+        code += [_insn(mov_k, dst=0, imm=1), _insn(exit_)]
+    code += [_insn(mov_k, dst=0, imm=0), _insn(exit_)]
+    return b"".join(code)
+
+
+def _bpf(cmd: int, attr: bytes) -> int:
+    import ctypes
+    import platform
+
+    number = BPF_SYSCALL.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no bpf() syscall number known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr, 128)
+    result = libc.syscall(number, cmd, buf, 128)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def attach_device_filter(cgroup_dir: str, rules: list[str]) -> None:
+    """Load the device program and attach it to a cgroup v2 directory (needs CAP_BPF and CAP_NET_ADMIN, or
+    CAP_SYS_ADMIN). The attachment keeps the program alive as long as the cgroup exists."""
+    import ctypes
+    import struct
+
+    program = ctypes.create_string_buffer(device_program(rules))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    count = (len(program.raw) - 1) // 8
+    attr = struct.pack(
+        "=IIQQIIQII16s",
+        BPF_PROG_TYPE_CGROUP_DEVICE,
+        count,
+        ctypes.addressof(program),
+        ctypes.addressof(license_),
+        0,
+        0,
+        0,
+        0,
+        0,
+        b"spur_devices",
+    )
+    prog_fd = _bpf(BPF_PROG_LOAD, attr)
+    try:
+        cgroup_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _bpf(BPF_PROG_ATTACH, struct.pack("=IIII", cgroup_fd, prog_fd, BPF_CGROUP_DEVICE, 0))
+        finally:
+            os.close(cgroup_fd)
+    finally:
+        os.close(prog_fd)
+
+
 def _write(path: str, value: str) -> None:
     with open(path, "w", encoding="ascii") as fh:
         fh.write(value)
@@ -283,8 +373,10 @@ class Enforcer:
         if s.get("constrain_devices"):
             if "devices" in v1:
                 self._try("device filter", lambda: self._v1_devices(v1["devices"]))
+            elif v2_dir:
+                self._v2_devices(v2_dir)
             else:
-                self.problems.append("device filter not installed: cgroup v2 needs a BPF device program")
+                self.problems.append("device filter not installed: no cgroup of the job to attach it to")
         for problem in self.problems:
             if s.get("required"):
                 raise EnforcementError(
@@ -436,6 +528,17 @@ class Enforcer:
 
         self._v1_dir("devices", mount, deny_all)
         self.installed.append(f"device filter allowing {len(self.plan.granted)} gres files (v1)")
+
+    def _v2_devices(self, v2_dir: str) -> None:
+        try:
+            attach_device_filter(v2_dir, self.device_rules())
+        except OSError as exc:
+            self.problems.append(
+                f"device filter not installed: {exc.strerror or exc} (a BPF device program needs CAP_BPF and "
+                "CAP_NET_ADMIN, or CAP_SYS_ADMIN)"
+            )
+            return
+        self.installed.append(f"device filter allowing {len(self.plan.granted)} gres files (v2 BPF)")
 
     # ------------------------------------------------------------------ placing, reading back, removing
 
