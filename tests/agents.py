@@ -18,6 +18,7 @@ from typing import Any
 
 from harness import BIN, Proc, free_port, http_get, wait_until
 from spur_hpc.stepd import protocol
+from spur_hpc.stepd.enforce import find_v1_mounts
 from spur_hpc.stepd.session import (
     SOCKET_FILE,
     SessionDir,
@@ -276,6 +277,18 @@ def kill_leftovers(state_dir: Path, node: str) -> list[int]:
                 node_dir.rmdir()
             except OSError:
                 pass
+    # The v1 hierarchies that carry the limits ([cgroup], stepd/enforce.py): job_*/step_* directories, emptied above.
+    for v1_mount in find_v1_mounts().values():
+        node_dir = Path(agent_cgroup_dir(v1_mount, node, str(state_dir)))
+        for cg in [*node_dir.glob("job_*/step_*"), *node_dir.glob("job_*"), node_dir] if node_dir.is_dir() else []:
+            for _ in range(50):
+                try:
+                    cg.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
     return killed
 
 

@@ -55,31 +55,13 @@ def state(job: slurm_pb2.Job) -> str:
     return slurm_pb2.JobState.Name(job.state)
 
 
-STARTED: list[AgentProc] = []
-
-
 @pytest.fixture
 def one(make_cluster):
-    yield make_cluster(1)
-    # The agents' (empty) v1 parent directories; their jobs' directories went with the jobs.
-    from agents import cleanup as cleanup_agents
-
-    cleanup_agents()
-    for spurd in STARTED:
-        for mount in V1.values():
-            path = agent_cgroup_dir(mount, spurd.name, str(spurd.state_dir))
-            dirs = [*Path(path).glob("job_*/step_*"), *Path(path).glob("job_*"), Path(path)]
-            for leftover in dirs:
-                try:
-                    os.rmdir(leftover)
-                except OSError:
-                    pass
-    STARTED.clear()
+    return make_cluster(1)  # its teardown removes the agents' cgroups, the v1 ones included (tests/agents.py)
 
 
 def agent(one, tmp_path: Path, extra: str = "", cpus: int = 2, start: bool = True) -> AgentProc:
     spurd = AgentProc(tmp_path / "agent", one.hosts, extra=extra, cpus=cpus)
-    STARTED.append(spurd)
     return spurd.start() if start else spurd
 
 
