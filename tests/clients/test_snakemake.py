@@ -36,6 +36,8 @@ rule broken:
     shell: "echo 'failing on purpose' >&2; exit 3"
 """
 RUN_SECS = 300
+# mem_mb: snakemake's own default; each job holds a snakemake jobstep (about 125 MB resident) and srun, and the
+# agents enforce --mem (a 200 MB limit ended the array tasks OUT_OF_MEMORY)
 
 
 def test_a_workflow_with_an_array_rule_and_a_failing_rule_ends_reporting_the_failure(slurm_site) -> None:
@@ -44,7 +46,7 @@ def test_a_workflow_with_an_array_rule_and_a_failing_rule_ends_reporting_the_fai
     (flow / "Snakefile").write_text(SNAKEFILE)
     argv = ["-m", "snakemake", "--snakefile", str(flow / "Snakefile"), "--directory", str(flow),
             "--executor", "slurm", "--jobs", "4", "--slurm-array-jobs", "make", "--keep-going",
-            "--slurm-init-seconds-before-status-checks", "2", "--default-resources", "runtime=5", "mem_mb=200",
+            "--slurm-init-seconds-before-status-checks", "2", "--default-resources", "runtime=5", "mem_mb=1000",
             "--latency-wait", "10", "--printshellcmds"]  # fmt: skip
     done = slurm_site.client(argv, RUN_SECS, "snakemake's workflow")
     output = done.stdout + done.stderr
