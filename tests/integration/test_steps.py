@@ -316,3 +316,15 @@ def test_srun_passes_the_jobs_signal_before_its_time_limit_on_to_its_tasks(agent
     # Every process of each task gets it (the shell's sleep too, as Slurm signals the step's whole cgroup).
     assert "0: got USR2" in output and "1: got USR2" in output, output
     assert "srun exit 0" in output
+
+
+def test_a_step_of_an_array_task_names_its_files_after_the_array_and_sees_the_restart_count(agents, shell) -> None:
+    # submitit's map_array: each task runs srun --output %A_%a_%t...; %A must be the array's id, %a the task's.
+    array_id = submit(shell, "--array=0-1", "-o", "batch-%A_%a.out", script=(
+        "#!/bin/sh\n"
+        "srun -n1 --output=step-%A_%a_%t.out sh -c 'echo $SLURM_ARRAY_TASK_ID $SLURM_RESTART_COUNT'\n"
+    ))  # fmt: skip
+    for task in (0, 1):
+        out = shell.work / f"step-{array_id}_{task}_0.out"
+        wait_until(lambda o=out: o.exists() and o.read_text().strip(), 60, f"{out.name} to be written")
+        assert out.read_text().split() == [str(task), "0"]

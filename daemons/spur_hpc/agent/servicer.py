@@ -151,6 +151,7 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
                 spec_to_dict(job.spec),
                 record,
                 alloc_from_pb(request.alloc) if request.HasField("alloc") else None,
+                {key: getattr(job, key) for key in LAUNCH_JOB_FIELDS},
             )
         except InvalidJob as exc:
             log.warning("LaunchStep of %s refused: %s", label, exc)

@@ -233,9 +233,11 @@ class SupervisorTable:
         spec: dict[str, Any],
         step: dict[str, Any],
         alloc: dict[str, Any] | None = None,
+        job_fields: dict[str, int] | None = None,
     ) -> tuple[int, bool]:
         """Start the supervisor of this node's part of a job step; (supervisor pid, already_running).
-        Idempotent per (job, attempt, step): a retried LaunchStep answers with the first supervisor."""
+        Idempotent per (job, attempt, step): a retried LaunchStep answers with the first supervisor.
+        job_fields: as for launch (the step's tasks see the array ids and the restart count too)."""
         jobspec.check_step_launch(job_id, attempt, spec, step)  # raises InvalidJob
         step_id = str(step["step_id"])
         key = (job_id, attempt, step_id)
@@ -255,7 +257,7 @@ class SupervisorTable:
                 raise LaunchError(existing.launch_error)
             return existing.supervisor_pid, True
         try:
-            self._start(session, nodes, spec, "", step=step, alloc=alloc)
+            self._start(session, nodes, spec, "", job_fields, step=step, alloc=alloc)
         except BaseException as exc:
             session.launch_error = str(exc)
             raise
@@ -291,7 +293,7 @@ class SupervisorTable:
         try:
             enforce = dict(self.enforce, alloc=alloc) if self.enforce else None
             if step is not None:
-                write_step_launch(session.dir, self.node, nodes, spec, step, enforce)
+                write_step_launch(session.dir, self.node, nodes, spec, step, enforce, job_fields)
             else:
                 write_launch(session.dir, self.node, nodes, spec, script.encode(), job_fields, enforce)
             log_fd = session.dir.open_log()

@@ -357,10 +357,13 @@ def write_step_launch(
     spec: dict[str, Any],
     step: dict[str, Any],
     enforce: dict[str, Any] | None = None,
+    job_fields: dict[str, int] | None = None,
 ) -> None:
-    """A step session's launch record: the allocation's spec and nodes, and in "step" this node's part of the
-    step (its task ids, the command, the I/O address and token); its script file is empty."""
+    """A step session's launch record: the allocation's spec and nodes, the Job's LAUNCH_JOB_FIELDS as for a
+    batch launch, and in "step" this node's part of the step (its task ids, the command, the I/O address and
+    token); its script file is empty."""
     session.write_bytes(SCRIPT_FILE, b"")
+    fields = job_fields or {}
     body = {
         "job_id": session.job_id,
         "attempt": session.attempt,
@@ -369,6 +372,7 @@ def write_step_launch(
         "spec": spec,
         "script_sha256": hashlib.sha256(b"").hexdigest(),
         "step": step,
+        **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
     }
     if enforce is not None:
         body["enforce"] = enforce
