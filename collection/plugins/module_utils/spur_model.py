@@ -34,6 +34,8 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMOR
 JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE)
 # A finished job never changes state again (the agent's end reports are these too).
 FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE})
+# The end states a supervisor or an agent may report (DEADLINE is the controller's own: a job still pending).
+REPORTED_END_STATES = FINISHED_STATES - {DEADLINE}
 # Slurm's short state codes (squeue %t, squeue -t and sacct -s accept them).
 JOB_STATE_CODES = {
     PENDING: "PD",

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from spur_hpc.model import NODE_FAIL
 from spur_hpc.stepd import jobspec, protocol
 from spur_hpc.stepd.session import (
     RESULT_FILE,
@@ -49,7 +50,6 @@ log = logging.getLogger("spurd.supervisors")
 WAIT_POLL_SECS = 20.0  # one long-poll "wait" on a supervisor; a dead connection is noticed at least this often
 UNREACHABLE_RETRY_SECS = 1.0
 REMEMBER_COLLECTED = 4096  # collected attempts remembered, so a late LaunchJob retry cannot run a job twice
-NODE_FAIL = "NODE_FAIL"
 
 
 class LaunchError(Exception):

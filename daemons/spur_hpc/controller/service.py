@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spur_hpc import joblimits
+from spur_hpc import joblimits, model
 from spur_hpc.conf import Config
 from spur_hpc.controller import eligibility, errors, placement, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
@@ -450,11 +450,11 @@ class ControllerService:
     ) -> bool:
         self.require_leader()
         _check_job_id(job_id)
-        if state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+        if state not in model.REPORTED_END_STATES:
             raise errors.InvalidArgument(f"{state} is not an end state of a job")
         self._check_text("reason", reason, one_line=True)
-        if state == "OUT_OF_MEMORY" and self.read(lambda s: s.wal_level) < 3:
-            state = "FAILED"  # a release before level 3 does not know the state; the reason still says OOM
+        if state == model.OUT_OF_MEMORY and self.read(lambda s: s.wal_level) < 3:
+            state = model.FAILED  # a release before level 3 does not know the state; the reason still says OOM
         result = self.write(
             "job_end",
             job_id=job_id,

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from spur_hpc.model import CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT
 from spur_hpc.stepd import jobspec
 from spur_hpc.stepd.enforce import EnforcementError, Enforcer
 from spur_hpc.stepd.jobspec import SCRIPT_FD, Identity
@@ -34,8 +35,6 @@ log = logging.getLogger("spurstepd")
 
 DEFAULT_KILL_WAIT_SECS = 5.0  # SIGTERM -> SIGKILL grace on cancel and time limit (Slurm's KillWait)
 LEFTOVER_WAIT_SECS = 5.0
-COMPLETED, FAILED, CANCELLED, TIMEOUT = "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"
-OUT_OF_MEMORY = "OUT_OF_MEMORY"
 
 
 def read_launch(session: SessionDir) -> tuple[dict[str, Any], bytes]:

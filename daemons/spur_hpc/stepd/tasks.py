@@ -25,18 +25,10 @@ import time
 from typing import Any
 
 from spur_hpc import model, stepio
+from spur_hpc.model import CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, TIMEOUT
 from spur_hpc.stepd import jobspec
 from spur_hpc.stepd.session import RESULT_FILE, SessionError
-from spur_hpc.stepd.supervisor import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    LEFTOVER_WAIT_SECS,
-    OUT_OF_MEMORY,
-    TIMEOUT,
-    Supervisor,
-    read_launch,
-)
+from spur_hpc.stepd.supervisor import LEFTOVER_WAIT_SECS, Supervisor, read_launch
 from spur_hpc.stepd.tracking import ProcessTreeTracker
 
 log = logging.getLogger("spurstepd")
