@@ -20,6 +20,7 @@ import json
 import os
 import re
 import secrets
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,8 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     ]
     assert sorted(swaps) == ["ctl-0", "ctl-1", "ctl-2", "node-0", "node-1", "node-2"], swaps
 
-    # B to C in place: the leader last, no drain anywhere, every job kept its supervisor.
+    # B to C in place: the leader last, no drain anywhere, every job kept its supervisor: k-0 on its node, the
+    # job whose srun step runs on the two others (one supervisor listed per node) and two tasks of an array.
     in_place = event_log(results, "in-place")
     assert in_place["status"] == "done"
     # The leader crashed mid-phase (side_effect.yml): whoever led at its turn still went last (checked above).
@@ -136,7 +138,8 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     assert not [e for e in in_place["events"] if e["step"] in ("drain", "resume", "down")]
     kept = [job for e in in_place["events"] if e["step"] == "jobs_after" for job in e["detail"]["kept"]]
     before = [job for e in in_place["events"] if e["step"] == "jobs_before" for job in e["detail"]["running_jobs"]]
-    assert len(before) == 3 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, before))
+    assert len(before) == 5 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, before))
+    assert sorted(Counter(job["job_id"] for job in before).values()) == [1, 1, 1, 2], before
 
     # The same release again: nothing swapped.
     again = event_log(results, "again-at-target")
