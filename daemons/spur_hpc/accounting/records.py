@@ -36,6 +36,7 @@ from spur_hpc.model import (
 )
 
 RANK_PENDING, RANK_RUNNING, RANK_REQUEUED, RANK_FINISHED = 1, 2, 3, 4
+RANK_REPORTED_END = 5  # steps only: see step_version
 RANKS_PER_ATTEMPT = 8  # room for states a later release adds between these
 
 # Columns a writer fills, in COPY order (updated_at is set by the database).
@@ -235,7 +236,12 @@ def steps_of(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def step_version(step: Mapping[str, Any]) -> int:
-    return int(step.get("attempt") or 0) * RANKS_PER_ATTEMPT + state_rank(step)
+    """Like record_version; a step's end reported by its nodes ranks above the provisional CANCELLED the
+    controller records when the job ends first (step["provisional"]), so the real end replaces it."""
+    rank = state_rank(step)
+    if rank == RANK_FINISHED and not step.get("provisional"):
+        rank = RANK_REPORTED_END
+    return int(step.get("attempt") or 0) * RANKS_PER_ATTEMPT + rank
 
 
 def step_row(cluster_id: str, job_id: int, step: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -164,5 +164,10 @@ def _job_copy(job: dict[str, Any]) -> dict[str, Any]:
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
     # A step as readers see it: its record also holds the launch request (environment, I/O token).
-    out["steps"] = {step_id: public_step(step) for step_id, step in (job.get("steps") or {}).items()}
+    # A step cancelled because its job ended may still get its real end from its nodes: the writer must let
+    # that replace the provisional row.
+    out["steps"] = {
+        step_id: dict(public_step(step), provisional=bool(step.get("ended_with_job")))
+        for step_id, step in (job.get("steps") or {}).items()
+    }
     return out
