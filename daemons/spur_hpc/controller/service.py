@@ -238,14 +238,18 @@ class ControllerService:
             char = joblimits.control_character(spec.get(key, ""))
             if char:
                 raise errors.InvalidArgument(f"the job's {key} contains a control character ({char}); use plain text")
+        counts = ("nodes", "tasks", "cpus_per_task")
+        for key in counts:  # as given: normalize derives counts from them and must not start from a negative one
+            if spec.get(key, 0) < 0:
+                raise errors.InvalidArgument(_count_out_of_range(key, spec[key]))
         problem = placement.normalize(spec)  # node and task counts from --ntasks-per-node and -w, option forms
         if problem:
             raise errors.InvalidArgument(problem)
-        for key, low in (("nodes", 1), ("tasks", 1), ("cpus_per_task", 1)):
+        for key in counts:
             if spec.get(key, 0) == 0:
                 spec[key] = 1
-            if spec[key] < low or spec[key] > 1_000_000:
-                raise errors.InvalidArgument(f"{key}={spec[key]} is out of range; use a number from {low} to 1000000")
+            if spec[key] < 1 or spec[key] > 1_000_000:
+                raise errors.InvalidArgument(_count_out_of_range(key, spec[key]))
         if spec.get("memory_mb", 0) < 0:
             raise errors.InvalidArgument(f"memory {spec['memory_mb']} MB is negative; use 0 for no limit")
         limit = spec.get("time_limit_secs", 0)
@@ -574,6 +578,10 @@ def _records_of(s: ClusterState, job_id: int) -> list[dict[str, Any]]:
 def _check_job_id(job_id: int) -> None:
     if not 0 < job_id <= MAX_JOB_ID:
         raise errors.InvalidArgument(f"job id {job_id} is out of range; job ids are positive")
+
+
+def _count_out_of_range(key: str, value: int) -> str:
+    return f"{key}={value} is out of range; use a number from 1 to 1000000"
 
 
 def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
