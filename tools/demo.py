@@ -261,6 +261,8 @@ def up() -> int:
         "job_exit_code": exit_code,
         "supervisor_pid": pid_before,
         "agent_downtime_s": {h: watcher.downtime(h) for h in AGENTS},
+        # An in-place spurd restart takes about 0.3 s and 100 ms polls can miss it: the versions seen prove it.
+        "agent_versions_seen": {h: sorted({v for *_, v in watcher.samples[h] if v}) for h in AGENTS},
         "controller_downtime_s": {h: watcher.downtime(h) for h in CONTROLLERS},
         "upgrade_s": upgrade_s,
         "total_s": round(time.monotonic() - started, 1),

@@ -52,8 +52,9 @@ def test_demo_runs_end_to_end_and_reports_the_job_that_survived(tmp_path: Path) 
         assert report["job_survived"] is True and report["job_state"] == "COMPLETED", report
         assert report["job_exit_code"] == 0 and report["job_id"] > 0, report
         assert set(report["agent_downtime_s"]) == {"node-0", "node-1", "node-2"}, report
-        # Each agent was seen down and back: how long it took is measured by bench/, not asserted here.
-        assert all(secs > 0 for secs in report["agent_downtime_s"].values()), report
+        # Each agent was restarted into release B (seen on both versions): how long it was down is measured by
+        # bench/, not asserted here (a 0.3 s restart can fall between two 100 ms polls of six probes).
+        assert all(len(seen) == 2 for seen in report["agent_versions_seen"].values()), report
         print(f"\ndemo report: {json.dumps(report)}")
     finally:
         down = subprocess.run(
