@@ -329,11 +329,14 @@ def write_launch(
     script: bytes,
     job_fields: dict[str, int] | None = None,
     enforce: dict[str, Any] | None = None,
+    step: dict[str, Any] | None = None,
 ) -> None:
     """Write the script, then the launch record that names its checksum (spurd, before starting spurstepd).
 
     job_fields: the Job's LAUNCH_JOB_FIELDS (array_job_id, array_task_id, restart_count), 0 when absent.
-    enforce: what spurstepd enforces (stepd/enforce.py: the node allocation, [cgroup], gres files)."""
+    enforce: what spurstepd enforces (stepd/enforce.py: the node allocation, [cgroup], gres files).
+    step: for a step session, this node's part of the step (its task ids, the command, the I/O address and
+    token); its script is then empty."""
     session.write_bytes(SCRIPT_FILE, script)
     fields = job_fields or {}
     body = {
@@ -345,6 +348,8 @@ def write_launch(
         "script_sha256": hashlib.sha256(script).hexdigest(),
         **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
     }
+    if step is not None:
+        body["step"] = step
     if enforce is not None:
         body["enforce"] = enforce
     session.write_record(LAUNCH_FILE, "launch", body)
@@ -359,21 +364,5 @@ def write_step_launch(
     enforce: dict[str, Any] | None = None,
     job_fields: dict[str, int] | None = None,
 ) -> None:
-    """A step session's launch record: the allocation's spec and nodes, the Job's LAUNCH_JOB_FIELDS as for a
-    batch launch, and in "step" this node's part of the step (its task ids, the command, the I/O address and
-    token); its script file is empty."""
-    session.write_bytes(SCRIPT_FILE, b"")
-    fields = job_fields or {}
-    body = {
-        "job_id": session.job_id,
-        "attempt": session.attempt,
-        "node": node,
-        "nodes": list(nodes) or [node],
-        "spec": spec,
-        "script_sha256": hashlib.sha256(b"").hexdigest(),
-        "step": step,
-        **{key: int(fields.get(key, 0)) for key in LAUNCH_JOB_FIELDS},
-    }
-    if enforce is not None:
-        body["enforce"] = enforce
-    session.write_record(LAUNCH_FILE, "launch", body)
+    """A step session's launch record: write_launch with an empty script and this node's part of the step."""
+    write_launch(session, node, nodes, spec, b"", job_fields, enforce, step=step)
