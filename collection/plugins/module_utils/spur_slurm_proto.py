@@ -94,6 +94,16 @@ message Node {
   string partition = 15;
   bool drain = 16;            // administrative drain flag (DRAINING or DRAINED)
   repeated string features = 17;  // [agent] features: what --constraint matches
+  repeated string partitions = 18;  // every partition the node is in, configured order ([partitions.NAME]); partition = the first
+  double agent_started = 19;      // spurd's start as it registered (Slurm's SlurmdStartTime)
+  double boot_time = 20;          // the host's boot, epoch seconds, as its agent reports it
+  string arch = 21;               // the agent host's machine (uname -m)
+  string os = 22;                 // the agent host's system, release and version (uname -s -r -v)
+  int32 sockets = 23;             // CPU layout as the agent reports it (0 = unknown: CPUs sockets of 1 core)
+  int32 cores_per_socket = 24;
+  int32 threads_per_core = 25;
+  double last_busy = 26;          // when it last ran a job (Slurm's LastBusyTime); 0 = never
+  double dispatch_hold_until = 27;  // its agent is restarting: no new job or step is sent to it before this (0 = none)
 }
 
 message RegisterAgentRequest {
@@ -106,6 +116,12 @@ message RegisterAgentRequest {
   double agent_started = 7;         // wall clock of the agent's start (epoch seconds)
   string partition = 8;
   repeated string features = 9;
+  double boot_time = 10;
+  string arch = 11;
+  string os = 12;
+  int32 sockets = 13;
+  int32 cores_per_socket = 14;
+  int32 threads_per_core = 15;
 }
 
 message RegisterAgentReply {
@@ -140,6 +156,13 @@ message ListNodesRequest {
 
 message ListNodesReply {
   repeated Node nodes = 1;
+}
+
+// spurd is about to restart (a rolling upgrade in place): the scheduler sends nothing new to the node until it
+// registers again or hold_secs pass (at most [controller] heartbeat_timeout_secs). Its drain and state stay as they are.
+message HoldDispatchRequest {
+  string name = 1;
+  double hold_secs = 2;
 }
 
 message GetNodeRequest {
@@ -178,6 +201,33 @@ enum JobState {
   NODE_FAIL = 7;
   OUT_OF_MEMORY = 8;  // the job's cgroup hit its memory limit (Slurm's OUT_OF_MEMORY)
   DEADLINE = 9;       // still pending, or running, at its --deadline
+  SUSPENDED = 10;     // scontrol suspend: its processes stopped (SIGSTOP), its resources still held
+}
+
+// ---------------------------------------------------------------- partitions
+
+// One partition as spur.conf's [partitions.NAME] configures it (or as the agents' [agent] partition implies it).
+message Partition {
+  string name = 1;
+  repeated string nodes = 2;      // node names, expanded, in configured order
+  string nodes_expr = 3;          // as configured: a hostlist expression, or ALL
+  bool is_default = 4;            // Default=YES: a job without -p goes here
+  int64 max_time_secs = 5;        // 0 = UNLIMITED
+  int64 default_time_secs = 6;    // 0 = the partition's MaxTime
+  int32 max_nodes = 7;            // 0 = UNLIMITED
+  int32 min_nodes = 8;
+  string state = 9;               // UP | DOWN | DRAIN | INACTIVE
+  bool hidden = 10;               // left out of listings unless -a/--all
+  int32 priority_tier = 11;
+  int32 priority_job_factor = 12;
+}
+
+message ListPartitionsRequest {
+  repeated string names = 1;      // empty: every partition
+}
+
+message ListPartitionsReply {
+  repeated Partition partitions = 1;
 }
 
 message JobSpec {
@@ -256,6 +306,9 @@ message Job {
   int32 restart_count = 19;       // SLURM_RESTART_COUNT: requeues after the job had started
   double eligible_time = 20;
   repeated Step steps = 21;       // the job's steps ("batch", "0", "1", ...): squeue -s, scontrol show step
+  int64 priority = 22;            // the scheduler's priority, higher first (squeue %Q, scontrol Priority=)
+  double suspend_time = 23;       // when it was last suspended or resumed (Slurm's SuspendTime); 0 = never
+  double suspended_secs = 24;     // time spent suspended so far: not run time
 }
 
 // One job step (docs/controller.md "Steps"): the batch script is step "batch", each srun step "0", "1", ...
@@ -418,6 +471,13 @@ message EndAllocationRequest {
   int32 signal = 3;
 }
 
+// scontrol suspend / resume (operators and admins): SIGSTOP / SIGCONT to every process of a running job.
+message SuspendJobRequest {
+  int64 job_id = 1;
+  bool resume = 2;
+  string requested_by = 3;
+}
+
 message SetWalLevelRequest {
   int32 level = 1;
 }
@@ -452,6 +512,9 @@ service SlurmController {
   rpc CreateStep(CreateStepRequest) returns (CreateStepReply);        // needs WAL level 3
   rpc CompleteStep(CompleteStepRequest) returns (CompleteStepReply);  // agents only
   rpc EndAllocation(EndAllocationRequest) returns (Job);              // the owner of an interactive job
+  rpc ListPartitions(ListPartitionsRequest) returns (ListPartitionsReply);
+  rpc SuspendJob(SuspendJobRequest) returns (Job);                    // needs WAL level 4; operators and admins
+  rpc HoldDispatch(HoldDispatchRequest) returns (Node);               // needs WAL level 4; agents and admins
 }
 
 // ---------------------------------------------------------------- agent

@@ -79,6 +79,9 @@ JOB_RECORD_FIELDS = {
     "array_max_running": 0,
     "restart_count": 0,
     "eligible_time": 0.0,
+    "priority": 0,
+    "suspend_time": 0.0,
+    "suspended_secs": 0.0,
 }
 
 

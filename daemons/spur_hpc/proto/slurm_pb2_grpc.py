@@ -154,6 +154,21 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
                 _registered_method=True)
+        self.ListPartitions = channel.unary_unary(
+                '/spur.v1.SlurmController/ListPartitions',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsReply.FromString,
+                _registered_method=True)
+        self.SuspendJob = channel.unary_unary(
+                '/spur.v1.SlurmController/SuspendJob',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.SuspendJobRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+                _registered_method=True)
+        self.HoldDispatch = channel.unary_unary(
+                '/spur.v1.SlurmController/HoldDispatch',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Node.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -310,6 +325,26 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SuspendJob(self, request, context):
+        """needs WAL level 4; operators and admins
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldDispatch(self, request, context):
+        """needs WAL level 4; agents and admins
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -432,6 +467,21 @@ def add_SlurmControllerServicer_to_server(servicer, server):
                     servicer.EndAllocation,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'ListPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitions,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsReply.SerializeToString,
+            ),
+            'SuspendJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuspendJob,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.SuspendJobRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Job.SerializeToString,
+            ),
+            'HoldDispatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldDispatch,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Node.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1082,6 +1132,87 @@ class SlurmController:
             '/spur.v1.SlurmController/EndAllocation',
             spur__hpc_dot_proto_dot_slurm__pb2.EndAllocationRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ListPartitions',
+            spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ListPartitionsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuspendJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/SuspendJob',
+            spur__hpc_dot_proto_dot_slurm__pb2.SuspendJobRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldDispatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/HoldDispatch',
+            spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.Node.FromString,
             options,
             channel_credentials,
             insecure,
