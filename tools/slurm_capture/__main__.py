@@ -1,8 +1,10 @@
-"""Capture Slurm's output: `.venv/bin/python -m tools.slurm_capture capture [--out DIR] [--no-install]`.
+"""Capture Slurm's output: `.venv/bin/python -m tools.slurm_capture capture|capture-json [--out DIR] [--no-install]`.
 
 Starts Debian's Slurm 22.05 (installed with apt-get when missing) as a four-node peer with slurmdbd and MariaDB on
 127.0.0.1, runs tools/slurm_capture/session.py against it and writes one JSON per command (and session.json) to
-tests/golden/slurm-22.05/. tests/integration/test_slurm_replay.py replays the same session on Spur.
+tests/golden/slurm-22.05/. tests/integration/test_slurm_replay.py replays the same session on Spur. capture-json
+runs tools/slurm_capture/json_session.py (--json, as root and as nobody) into tests/golden/slurm-22.05-json/,
+replayed by tests/integration/test_slurm_json_replay.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.slurm_capture import session
+from tools.slurm_capture import json_session, session
 from tools.slurm_capture.peer import (
     ACCOUNTING_PACKAGES,
     SLURM_BIN,
@@ -29,16 +31,17 @@ from tools.slurm_capture.runner import Side, WaitTimedOut, run_session
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "slurm-22.05"
+GOLDEN_JSON = ROOT / "tests" / "golden" / "slurm-22.05-json"
 
 
-def capture(out: Path, allow_install: bool) -> int:
+def capture(out: Path, allow_install: bool, run=run_session, files: dict[str, str] = session.FILES) -> int:
     packages = ensure_packages(allow_install, SLURM_PACKAGES + ACCOUNTING_PACKAGES)
     with tempfile.TemporaryDirectory(prefix="spur-slurm-capture-") as tmp:
         root = Path(tmp)
         root.chmod(0o755)
         work = root / "work"
         work.mkdir()
-        for name, text in session.FILES.items():
+        for name, text in files.items():
             (work / name).write_text(text)
             (work / name).chmod(0o755)
         shape = PeerShape(
@@ -54,7 +57,7 @@ def capture(out: Path, allow_install: bool) -> int:
             side = Side(SLURM_BIN, env, work)
             t0 = time.monotonic()
             try:
-                results = run_session(side)
+                results = run(side)
             except WaitTimedOut as exc:
                 print(f"the session did not reach the states it was written for: {exc}", file=sys.stderr)
                 print(peer.logs(), file=sys.stderr)
@@ -93,9 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     cap = sub.add_parser("capture", help="run the session on Debian's Slurm and write the captures")
     cap.add_argument("--out", type=Path, default=GOLDEN, help=f"where the captures go (default {GOLDEN})")
     cap.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
+    js = sub.add_parser("capture-json", help="run the --json session on Debian's Slurm and write its captures")
+    js.add_argument("--out", type=Path, default=GOLDEN_JSON, help=f"where the captures go (default {GOLDEN_JSON})")
+    js.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
-        parser.error("capture runs Slurm's daemons as root (SlurmUser=root): run it as root")
+        parser.error(f"{opts.command} runs Slurm's daemons as root (SlurmUser=root): run it as root")
+    if opts.command == "capture-json":
+        return capture(opts.out, not opts.no_install, json_session.run_json_session, json_session.FILES)
     return capture(opts.out, not opts.no_install)
 
 
