@@ -83,14 +83,17 @@ class Daemon:
 
     def main(self, argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog=self.program, description=self.description)
-        parser.add_argument("--version", action="store_true", help="print version and build, then exit")
+        # A version action exits before the required options are checked, so `spurstepd --version` answers too.
+        parser.add_argument(
+            "--version",
+            action="version",
+            version=buildinfo.describe(self.program),
+            help="print version and build, then exit",
+        )
         parser.add_argument("--log-level", help="override [log] level")
         self.add_arguments(parser)
         args = parser.parse_args(argv)
         self.notifier = sdnotify.Notifier.from_environment()
-        if args.version:
-            print(buildinfo.describe(self.program))
-            return EXIT_OK
         logging.basicConfig(
             level=(args.log_level or "INFO").upper(),
             format=f"%(asctime)s {self.program}[%(process)d] %(levelname)s %(name)s: %(message)s",

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from spur_hpc import buildinfo
 from spur_hpc.release.manifest import ReleaseError
 
 PROGRAM = "spur-release"
@@ -20,6 +21,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROGRAM, description="Build, publish, install and roll back Spur releases.")
+    parser.add_argument("--version", action="version", version=buildinfo.describe(PROGRAM))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
