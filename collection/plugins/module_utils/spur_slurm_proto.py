@@ -29,6 +29,7 @@ message PingReply {
   int32 max_wal_level = 11; // highest level this binary can read
   string raft_addr = 12;
   string grpc_addr = 13;
+  string hostname = 14;     // the host the daemon runs on (scontrol ping names the controller by it, as Slurm)
 }
 
 message ClusterInfoRequest {}
@@ -557,6 +558,7 @@ message SignalJobRequest {
   int32 attempt = 2;     // 0 = whatever attempt runs
   int32 signal = 3;      // 0 = cancel: kill the whole job tree
   string step_id = 4;    // "" = the batch step; "0", "1", ...: that step's supervisor on this node
+  bool suspend = 5;      // scontrol suspend (signal SIGSTOP) / resume (SIGCONT): the time limit stops meanwhile
 }
 
 message SignalJobReply {
