@@ -18,6 +18,7 @@ import grpc
 
 from spur_hpc import auth, grpcutil
 from spur_hpc.controller import eligibility, errors
+from spur_hpc.controller.dispatch_gate import DispatchGate
 from spur_hpc.controller.scheduler import JobIndex, plan_starts
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.steplaunch import StepLauncher
@@ -81,6 +82,7 @@ class LeaderDuties:
         self.last_seen: dict[str, float] = {}
         self.last_seen_lock = threading.Lock()
         self.launching: set[tuple[int, int]] = set()
+        self.dispatch = DispatchGate()  # launches on their way to each node (HoldDispatch waits for them)
         # Failed launches per job since it last launched or was held: (counted, tried, when the last one failed),
         # and when it may be tried again (leader memory: a new leader starts counting afresh, which still bounds
         # the attempts per leader).
@@ -268,7 +270,7 @@ class LeaderDuties:
                 self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
             except (errors.Conflict, errors.NotFound) as exc:  # gone meanwhile; the plan below still runs
                 log.info("job %s not ended: %s", job_id, exc)
-        plans = self.raft.read(lambda s: plan_starts(s, now_wall, self.jobs))
+        plans = self.raft.read(lambda s: plan_starts(s, now_wall, self.jobs, self.service.partitions))
         now = time.monotonic()
         for job_id, nodes in plans:
             if self.retry_after.get(job_id, 0.0) > now:
@@ -278,23 +280,35 @@ class LeaderDuties:
                 lambda s, j=job_id: (s.jobs[j]["attempt"], bool(s.jobs[j].get("array_pending")))
             )
             op = "job_array_split" if array else "job_start"
+            head = nodes[0]
+            self.dispatch.begin(head)  # before the start is written: a HoldDispatch after it waits for this launch
             try:
                 result = self.service.write(
                     op, job_id=job_id, nodes=nodes, attempt=attempt + 1, time=self.service.clock()
                 )
             except errors.Conflict as exc:
+                self.dispatch.end(head)
                 log.info("job %s not started: %s", job_id, exc)
                 continue
-            self._launch_async(result["job_id"], attempt + 1)
+            except BaseException:
+                self.dispatch.end(head)
+                raise
+            self._launch_async(result["job_id"], attempt + 1, head)
 
-    def _launch_async(self, job_id: int, attempt: int) -> None:
+    def _launch_async(self, job_id: int, attempt: int, head: str) -> None:
+        """Launch in the pool; `head` is counted in self.dispatch by the caller and uncounted here."""
         key = (job_id, attempt)
         if key in self.launching:
+            self.dispatch.end(head)
             return
         self.launching.add(key)
-        self.pool.submit(self._launch, job_id, attempt)
+        try:
+            self.pool.submit(self._launch, job_id, attempt, head)
+        except RuntimeError:  # the pool is shut down: this member stops leading
+            self.launching.discard(key)
+            self.dispatch.end(head)
 
-    def _launch(self, job_id: int, attempt: int) -> None:
+    def _launch(self, job_id: int, attempt: int, head: str) -> None:
         """One LaunchJob call; a failure requeues the job (see _launch_failed) instead of retrying while RUNNING."""
         try:
             job = self.service.get_job(job_id)
@@ -338,6 +352,7 @@ class LeaderDuties:
             log.exception("launch of job %s failed", job_id)
         finally:
             self.launching.discard((job_id, attempt))
+            self.dispatch.end(head)
 
     def _launch_failed(self, job_id: int, attempt: int, node: str, error: str) -> None:
         """Requeue a job whose launch failed; after LAUNCH_ATTEMPTS failures hold it and drain the node."""

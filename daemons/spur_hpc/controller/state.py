@@ -233,6 +233,10 @@ class ClusterState(StepOps):
     def schedulable(self, node: dict[str, Any]) -> bool:
         return node["registered"] and not node["admin_down"] and not node["drain"]
 
+    def dispatch_held(self, node: dict[str, Any], now: float) -> bool:
+        """Whether the node's agent announced a restart (node_dispatch_hold) whose hold still runs at `now`."""
+        return node.get("dispatch_hold_until", 0.0) > now
+
     def _op_node_register(self, r: dict[str, Any]) -> dict[str, Any]:
         name = r["name"]
         node = self.nodes.get(name)
@@ -265,6 +269,7 @@ class ClusterState(StepOps):
             last_registered=float(r["time"]),
             lost_reason="",
             lost_time=0.0,
+            dispatch_hold_until=0.0,  # the restarted agent is back: a hold it asked for before its restart ends
             gres=dict(r.get("gres") or {}),  # [agent] gres and features (placement.py)
             features=list(r.get("features") or []),
         )
@@ -347,6 +352,16 @@ class ClusterState(StepOps):
             node["down_time"] = 0.0
         return ok(before=was)
 
+    def _op_node_dispatch_hold(self, r: dict[str, Any]) -> dict[str, Any]:
+        """The node's agent is about to restart: no job or step starts there before `until` (the proposer's clock
+        plus the capped hold) or its next registration. Its state, drain and running jobs stay as they are."""
+        node = self.nodes.get(r["name"])
+        if node is None:
+            return err("not_found", f"node {r['name']} does not exist")
+        before = node.get("dispatch_hold_until", 0.0)
+        node["dispatch_hold_until"] = float(r["until"])
+        return ok(before=before, until=node["dispatch_hold_until"])
+
     def _op_node_down(self, r: dict[str, Any]) -> dict[str, Any]:
         node = self.nodes.get(r["name"])
         if node is None:
@@ -399,6 +414,9 @@ class ClusterState(StepOps):
         problem = placement.start_problem(self, job, names)  # the nodes, their free share, --nodelist
         if problem is not None:
             return err(*problem)
+        held = [n for n in names if self.dispatch_held(self.nodes[n], float(r["time"]))]
+        if held:  # decided before the hold, proposed after it: every member refuses it alike
+            return err("conflict", f"node {held[0]} holds dispatch while its agent restarts; job {job['job_id']} waits")
         job.update(
             state=RUNNING,
             reason=NO_REASON,

@@ -33,6 +33,7 @@ log = logging.getLogger("spurctld.steps")
 STEPS_WAL_LEVEL = 3
 LAUNCH_STEP_TIMEOUT = 15.0
 SIGNAL_STEP_TIMEOUT = 5.0
+HOLD_POLL_SECS = 0.05  # how often a step launch to a node that holds dispatch looks whether its agent is back
 
 
 def step_to_pb(step: dict[str, Any]) -> slurm_pb2.Step:
@@ -249,7 +250,6 @@ class StepLauncher:
             )
             job_pb = self.duties.job_to_pb(job)
             step_pb = step_to_pb(step)
-            addresses = self.service.read(lambda s: {n: s.nodes[n]["address"] for n in step["nodes"] if n in s.nodes})
         except Exception:
             log.exception("job %s step %s: cannot prepare its launch", job_id, step_id)
             return
@@ -265,28 +265,51 @@ class StepLauncher:
                 request=request_pb,
                 alloc=alloc_to_pb(job, node),
             )
-            args = (job, step, node, addresses.get(node), request)
+            args = (job, step, node, request)
             threads.append(threading.Thread(target=self._launch_one, args=args, name=f"step-{job_id}.{step_id}"))
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
 
-    def _launch_one(self, job, step, node: str, address: str | None, request) -> None:
+    def _after_hold(self, node: str) -> str | None:
+        """Wait while the node holds dispatch (its agent restarts), counted in the leader's dispatch gate from
+        before the check, so a HoldDispatch written meanwhile waits for this launch. -> the node's address now
+        (a restarted agent may have registered a new one); the caller ends the count."""
+        gate = self.duties.dispatch
+        while True:
+            gate.begin(node)
+            until, address = self.service.read(
+                lambda s: (
+                    (s.nodes[node].get("dispatch_hold_until", 0.0), s.nodes[node]["address"])
+                    if node in s.nodes
+                    else (0.0, None)
+                )
+            )
+            wait = until - self.service.clock()
+            if wait <= 0 or self.duties.stopping.is_set():
+                return address
+            gate.end(node)
+            self.duties.stopping.wait(min(wait, HOLD_POLL_SECS))
+
+    def _launch_one(self, job, step, node: str, request) -> None:
         job_id, step_id = job["job_id"], step["step_id"]
         error = ""
-        if address is None:
-            error = f"node {node} is not registered"
-        else:
-            try:
+        address = self._after_hold(node)  # the node's address now (None: not known)
+        try:
+            if address is None:
+                error = f"node {node} is not registered"
+            else:
                 reply = self.duties.agents.stub(address).LaunchStep(
                     request, timeout=LAUNCH_STEP_TIMEOUT, metadata=self.duties.agents.metadata()
                 )
                 pid = reply.supervisor_pid
                 log.info("job %s step %s started on %s (supervisor pid %s)", job_id, step_id, node, pid)
                 return
-            except grpc.RpcError as exc:
-                error = f"{exc.code().name}: {exc.details()}"
+        except grpc.RpcError as exc:
+            error = f"{exc.code().name}: {exc.details()}"
+        finally:
+            self.duties.dispatch.end(node)
         log.warning("job %s step %s: launch on %s failed: %s", job_id, step_id, node, error)
         try:
             self.service.write(

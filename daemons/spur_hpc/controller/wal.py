@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # The highest WAL level this code can read. Raise it together with the first op of a new level.
-MAX_WAL_LEVEL = 3
+MAX_WAL_LEVEL = 4
 
 # op name -> the level that introduced it. Never renumber: a level is a promise to older members.
 OP_LEVELS: dict[str, int] = {
@@ -44,6 +44,9 @@ OP_LEVELS: dict[str, int] = {
     "job_update": 3,  # scontrol update JobId=...
     "job_requeue_user": 3,  # scontrol requeue / requeuehold
     "job_pending_end": 3,  # the leader ends a pending job: past its --deadline, or a dependency never satisfied
+    # level 4: a node whose agent is about to restart takes no new job or step until it registers again or the
+    # hold ends (the hold's end time is in the record; a level-3 member would start jobs on the node)
+    "node_dispatch_hold": 4,
 }
 
 
