@@ -73,6 +73,32 @@ def assert_leader_last(*logs: dict) -> None:
     assert not problems, "the leader-last invariant broke: " + "; ".join(problems)
 
 
+# One agent's turn in the rolling upgrade: its switch, restart and gates, nothing of the deploy roles (issue 19).
+MAX_AGENT_TURN_RESULTS = 12
+AGENT_PLAY = "Agents, in batches"
+
+
+def agent_turns(log: dict) -> dict[str, list[str]]:
+    """Each agent's task results in the agents' play (the spur_upgrade_log callback counts every result)."""
+    turns: dict[str, list[str]] = {}
+    for play, hosts in (log.get("task_results") or {}).items():
+        if AGENT_PLAY in play:
+            for host, results in hosts.items():
+                turns.setdefault(host, []).extend(f"{r['task']} ({r['status']})" for r in results)
+    return turns
+
+
+def assert_short_agent_turns(log: dict, expected_agents: int | None = None) -> dict[str, list[str]]:
+    """Every agent's turn took at most MAX_AGENT_TURN_RESULTS task results; returns the turns."""
+    turns = agent_turns(log)
+    assert turns, "the event log counts no agent turn (task_results of the agents' play)"
+    if expected_agents is not None:
+        assert len(turns) == expected_agents, sorted(turns)
+    long = {host: tasks for host, tasks in turns.items() if len(tasks) > MAX_AGENT_TURN_RESULTS}
+    assert not long, f"agent turns over {MAX_AGENT_TURN_RESULTS} task results: {json.dumps(long, indent=1)}"
+    return turns
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print("usage: upgrade_events.py EVENT_LOG.json [...]", file=sys.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from playbook_runs import failure_tail, run_logged
-from upgrade_events import assert_leader_last
+from upgrade_events import assert_leader_last, assert_short_agent_turns
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_SECS = 1500
@@ -47,7 +47,10 @@ def test_demo_runs_end_to_end_and_reports_the_job_that_survived(tmp_path: Path) 
             assert shown in output, shown
         report = json.loads((demo_dir / "report.json").read_text())
         assert report["leader_last"] is True, report
-        assert_leader_last(json.loads(Path(report["event_log"]).read_text()))  # what the playbook saw, too
+        event_log = json.loads(Path(report["event_log"]).read_text())
+        assert_leader_last(event_log)  # what the playbook saw, too
+        # Each agent's turn is its switch, restart and gates: at most 12 task results (issue 19).
+        assert_short_agent_turns(event_log, expected_agents=3)
         assert sorted(report["controller_order"]) == ["ctl-0", "ctl-1", "ctl-2"], report
         assert report["job_survived"] is True and report["job_state"] == "COMPLETED", report
         assert report["job_exit_code"] == 0 and report["job_id"] > 0, report

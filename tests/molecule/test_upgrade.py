@@ -27,7 +27,7 @@ import pytest
 
 from playbook_runs import ansible_env, build_release, require_tools, run_molecule, scratch_hosts
 from prereqs import needs_tier2_hosts
-from upgrade_events import assert_leader_last
+from upgrade_events import assert_leader_last, assert_short_agent_turns
 
 # A deadline, not a bound on how long it may take: 1406 s in CI, over 1800 s on a machine loaded by other work.
 SCENARIO_TIMEOUT_SECS = 2700
@@ -141,6 +141,19 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     assert len(before) == 5 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, before))
     assert sorted(Counter(job["job_id"] for job in before).values()) == [1, 1, 1, 2], before
 
+    # One agent's turn in place is its switch, restart and gates: at most 12 task results each.
+    assert_short_agent_turns(in_place, expected_agents=3)
+
+    # C to D, staged first (story 7): the run a host could not stage stopped before any switch; stage only
+    # restarted nothing; the switch found the stage done.
+    failed_stage = event_log(results, "stage-fails")
+    assert failed_stage["status"] == "failed"
+    assert not [e for e in failed_stage["events"] if e["step"] in ("switch", "swap", "turn")]
+    assert event_log(results, "stage-only")["status"] == "staged"
+    switched = event_log(results, "switch-after-stage")
+    assert switched["status"] == "done" and not [e for e in switched["events"] if e["step"] == "staged"]
+    assert_short_agent_turns(switched, expected_agents=3)
+
     # The same release again: nothing swapped.
     again = event_log(results, "again-at-target")
     assert not [e for e in again["events"] if e["step"] == "swap"]
@@ -152,6 +165,7 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
         "drained_force_run": timing(event_log(results, "drained-force-busy")),
         "in_place_B_to_C (3 controllers + 3 agents, the leader crashed mid-phase)": timing(in_place),
         "again_at_target": timing(again),
+        "in_place_C_to_D_after_stage_only (3 controllers + 3 agents, the stage found done)": timing(switched),
     }
     (results / "timings.json").write_text(json.dumps(report, indent=1) + "\n")
     print("\nrolling upgrade timings:\n" + json.dumps(report, indent=1))

@@ -115,6 +115,22 @@ class ClusterHealth:
             found.append("expected nodes %s are not registered" % ", ".join(down))
         return found
 
+    def release_problems(self, view: ClusterView) -> list[str]:
+        """The controllers named in `running` that are not ready on the version and build asked for."""
+        wanted = self.params.get("running") or {}
+        found = []
+        for record in view.controllers:
+            want = wanted.get(record["name"])
+            if not want or not record["reachable"]:
+                continue
+            runs = "%s-%s" % (record.get("version"), record.get("build"))
+            if runs != "%s-%s" % (want.get("version"), want.get("build")):
+                found.append("controller %s runs %s, not %s-%s" % (record["name"], runs, want.get("version"),
+                                                                   want.get("build")))
+            elif not record.get("ready"):
+                found.append("controller %s is not ready yet" % record["name"])
+        return found
+
     def run(self) -> dict:
         params = self.params
         connection = SpurConnection(params)
@@ -124,7 +140,7 @@ class ClusterHealth:
         try:
             while True:
                 view = connection.view(refresh=True)
-                problems = view.problems(max_lag=params["max_lag"])
+                problems = view.problems(max_lag=params["max_lag"]) + self.release_problems(view)
                 if not problems:
                     problems = self.node_problems(connection)
                 leader = view.leader["name"] if view.leader else None

@@ -38,6 +38,12 @@ try:
                                        Path(args["bin_dir"]) if args["bin_dir"] else None,
                                        args["python"] or None, log=quiet)
         out = {"ok": True, "changed": done.changed, "release_id": done.release_id, "message": done.message}
+    elif args["action"] == "stage":
+        if not hasattr(install, "stage_release"):
+            raise ReleaseError("this release's installer cannot stage a release beside the running one; "
+                               "build the release from a newer tree")
+        done = install.stage_release(Path(args["src"]), Path(args["prefix"]), args["python"] or None, log=quiet)
+        out = {"ok": True, "changed": done.changed, "release_id": done.release_id, "message": done.message}
     else:
         old, new = install.rollback(Path(args["prefix"]), log=quiet)
         out = {"ok": True, "changed": True, "message": "rolled back from %s to %s" % (old, new)}
@@ -105,7 +111,8 @@ def layout(prefix: str) -> dict:
 
 
 class ReleaseInstall:
-    """spur_release: state current (install src and switch to it) or rolled_back (leave src for previous)."""
+    """spur_release: state current (install src and switch to it), staged (install src beside the running
+    release, switch nothing) or rolled_back (leave src for previous)."""
 
     def __init__(self, params: dict, check_mode: bool = False, diff: bool = False, runner=None) -> None:
         self.params = params
@@ -126,6 +133,10 @@ class ReleaseInstall:
             changed = before["current"] != release_id or release_id not in before["installed"]
             if not self.check_mode:
                 changed = self.runner("install", release)["changed"]
+        elif params["state"] == "staged":
+            changed = release_id not in before["installed"]
+            if not self.check_mode:
+                changed = self.runner("stage", release)["changed"]
         else:
             changed = before["current"] == release_id
             if changed and not (before["previous"] and before["previous"] in before["installed"]):
@@ -147,6 +158,8 @@ class ReleaseInstall:
         return result
 
     def predict(self, before: dict, release_id: str) -> dict:
+        if self.params["state"] == "staged":
+            return dict(before, installed=sorted(set(before["installed"]) | {release_id}))
         if self.params["state"] == "current":
             previous = before["current"] if before["current"] not in (None, release_id) else before["previous"]
             installed = sorted(set(before["installed"]) | {release_id})

@@ -15,6 +15,8 @@ description:
   - Every controller in O(controllers) answers, and none has stopped applying the log.
   - Exactly one controller answers as leader, and it has kept the same term for O(stable_for) seconds.
   - Every committed member is at most O(max_lag) entries behind the leader's commit index.
+  - Every controller named in O(running) answers ready on the version and build given for it (a rolling
+    upgrade's gate after a controller's restart).
   - Every node in O(expected_nodes) is registered (this one calls the gRPC API).
   - Fails after O(wait_timeout) seconds with a message naming each condition that is still unmet.
   - Never changes anything.
@@ -31,6 +33,11 @@ options:
       - The most entries a member's applied index may be behind the leader's commit index.
     type: int
     default: 100
+  running:
+    description:
+      - Controllers (by name) that must run a given release, each as a dict with C(version) and C(build).
+    type: dict
+    default: {}
   expected_nodes:
     description:
       - Nodes whose agents must be registered.
@@ -123,6 +130,7 @@ def argument_spec() -> dict:
     spec.update(
         stable_for=dict(type="float", default=3),
         max_lag=dict(type="int", default=100),
+        running=dict(type="dict", default={}),
         expected_nodes=dict(type="list", elements="str", default=[]),
         wait_timeout=dict(type="float", default=60),
         poll_interval=dict(type="float", default=0.5),

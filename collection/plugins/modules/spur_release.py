@@ -16,6 +16,10 @@ description:
     to it atomically and keeps the release it replaces as C(PREFIX/previous). Command links go in O(bin_dir).
   - The release is identified by its content (the build hash), so re-running with the same release changes
     nothing, and a rebuilt release with the same version is a change.
+  - With O(state=staged), installs O(src) the same way beside the running release and checks that every command
+    of it answers C(--version) with the release's build, but switches nothing and removes nothing: what runs is
+    untouched. A release already complete in the prefix is only checked. A later O(state=current) then only
+    switches the links.
   - With O(state=rolled_back), if the release is current, C(PREFIX/current) goes back to C(PREFIX/previous);
     if it is not current there is nothing to do.
   - The installing is done by the installer inside the release's own wheel, so the host needs only a Python of
@@ -35,9 +39,10 @@ options:
     type: str
   state:
     description:
-      - V(current) installs O(src) and switches to it; V(rolled_back) leaves that release for the previous one.
+      - V(current) installs O(src) and switches to it; V(staged) installs it without switching; V(rolled_back)
+        leaves that release for the previous one.
     type: str
-    choices: [current, rolled_back]
+    choices: [current, staged, rolled_back]
     default: current
   prefix:
     description:
@@ -140,7 +145,7 @@ def argument_spec() -> dict:
     return dict(
         src=dict(type="path"),
         release=dict(type="str"),
-        state=dict(type="str", choices=["current", "rolled_back"], default="current"),
+        state=dict(type="str", choices=["current", "staged", "rolled_back"], default="current"),
         prefix=dict(type="path", default="/opt/spur"),
         bin_dir=dict(type="path"),
         python=dict(type="path"),
@@ -151,7 +156,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=argument_spec(),
         supports_check_mode=True,
-        required_if=[("state", "current", ("src",))],
+        required_if=[("state", "current", ("src",)), ("state", "staged", ("src",))],
         required_one_of=[("src", "release")],
         mutually_exclusive=[("src", "release")],
     )

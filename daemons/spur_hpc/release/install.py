@@ -240,6 +240,67 @@ def install_release(
     )
 
 
+def stage_release(
+    release_dir: Path,
+    prefix: Path = Path(DEFAULT_PREFIX),
+    python: str | None = None,
+    log: Callable[[str], None] = print,
+) -> InstallResult:
+    """Install a release beside the running one without switching to it (a rolling upgrade's first phase).
+
+    Nothing that runs is touched: no link changes and nothing is pruned. A release already complete in the
+    prefix is a no-op; either way every command of the staged venv must answer --version with its build.
+    """
+    release_dir, prefix = Path(release_dir).resolve(), Path(prefix).absolute()
+    python = python or _base_python()
+    info = verify(release_dir)
+    _check_python(python, info)
+    target = releases_dir(prefix) / info.release_id
+    with prefix_lock(prefix, log=log):
+        fresh = installed_info(prefix, info.release_id) is None
+        if fresh:
+            if target.exists():
+                shutil.rmtree(target)  # the remains of an interrupted install
+            releases_dir(prefix).mkdir(parents=True, exist_ok=True)
+            log(f"staging {info.release_id} into {target}")
+            try:
+                _build_venv(release_dir, info, target, python)
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)
+                raise
+    check_commands(target, info)
+    message = f"staged {info.release_id} in {target}" if fresh else f"release {info.release_id} is already staged"
+    return InstallResult(info.release_id, fresh, link_target(prefix / "current"), message)
+
+
+def check_commands(target: Path, info: ReleaseInfo) -> None:
+    """Every command of an installed release answers --version with the release's version and build."""
+    expected = f"{info.version} (build {info.build})"
+    # All at once: each is a Python start-up, and a release has a dozen commands.
+    running = {
+        command: subprocess.Popen(
+            [str(target / "bin" / command), "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for command in info.commands
+    }
+    wrong = []
+    for command, process in running.items():
+        try:
+            out, _ = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out = "no answer within 60 s"
+        if process.returncode != 0 or expected not in out:
+            wrong.append(f"{command} ({(out.strip().splitlines() or ['no output'])[-1][:120]})")
+    if wrong:
+        raise ReleaseError(
+            f"commands of {target} do not report {expected} with --version: {'; '.join(wrong)}; rebuild the release"
+        )
+
+
 def _undo_switch(prefix: Path, previous: str | None, remove: str | None) -> None:
     if previous:
         switch_link(prefix / "current", previous)
