@@ -20,16 +20,22 @@ def nodes() -> list[pb.Node]:
     ]
 
 
+def sinfo_lines(format_text: str, node_oriented: bool = False) -> list[str]:
+    layout = nodeview.Layout(node_oriented=node_oriented)
+    return nodeview.sinfo_lines(nodes(), nodeview.parse_format(format_text), layout, header=False)
+
+
 def test_node_counts_features_and_gres_columns() -> None:
-    assert nodeview.sinfo_lines(nodes(), "%P %F %C", False) == ["default* 1/1/1/3 1/7/4/12", "gpu 0/1/0/1 0/8/0/8"]
-    lines = nodeview.sinfo_lines(nodes(), "%N %f %G", False, node_oriented=True)
-    assert lines == ["n1 (null) (null)", "n2 (null) (null)", "n3 (null) (null)", "g1 a100,fast gpu:2"]
+    assert sinfo_lines("%P %F %C") == ["default* 1/1/1/3 1/7/4/12", "gpu 0/1/0/1 0/8/0/8"]
+    lines = sinfo_lines("%N %f %G", node_oriented=True)  # sorted by node name, as Slurm's -N is
+    assert lines == ["g1 a100,fast gpu:2", "n1 (null) (null)", "n2 (null) (null)", "n3 (null) (null)"]
 
 
 def test_show_node_names_gres_and_features() -> None:
     lines = nodeview.show_node_lines(nodes()[3])
-    assert "   Gres=gpu:2 AllocGres=(null)" in lines
-    assert "   AvailableFeatures=a100,fast ActiveFeatures=a100,fast" in lines
+    assert "   Gres=gpu:2" in lines and not any("GresUsed" in line for line in lines)  # nothing allocated
+    assert "   AvailableFeatures=a100,fast" in lines and "   ActiveFeatures=a100,fast" in lines
+    assert "   CfgTRES=cpu=8,mem=1000M,billing=8,gres/gpu=2" in lines
 
 
 def test_partitions_are_the_nodes_partitions() -> None:

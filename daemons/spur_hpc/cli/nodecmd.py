@@ -61,7 +61,7 @@ def main(argv: list[str], program: str = "spur node") -> int:
         if commandline.wants_json(values["format"]):
             commandline.print_json(protocodec.to_jsonable(node, "Node"))
         else:
-            commandline.print_lines(nodeview.show_node_lines(node))
+            commandline.print_lines(nodeview.spur_node_lines(node))
         return 0
 
     from spur_hpc.cli import caller

@@ -53,8 +53,22 @@ class Option:
         return f"{text} {self.value}" if self.value else text
 
 
-def usage_error(program: str, message: str) -> CliError:
-    return CliError(f"{message}; run '{program} --help' for the options", exit_code=1)
+class UsageError(CliError):
+    """An argument the parser refuses. getopt_text is what glibc's getopt_long says of it (Slurm's commands print
+    `ARGV0: getopt_text` and `Try "CMD --help" for more information`: see getopt_lines)."""
+
+    def __init__(self, message: str, getopt_text: str) -> None:
+        super().__init__(message, exit_code=1)
+        self.getopt_text = getopt_text
+
+
+def usage_error(program: str, message: str, getopt_text: str = "") -> UsageError:
+    return UsageError(f"{message}; run '{program} --help' for the options", getopt_text or message)
+
+
+def getopt_lines(argv0: str, program: str, error: UsageError) -> str:
+    """The two lines a Slurm command prints on stderr for an option getopt refuses (exit 1)."""
+    return f'{argv0}: {error.getopt_text}\nTry "{program} --help" for more information\n'
 
 
 def parse(
@@ -92,7 +106,11 @@ def parse(
                 matches = [o for n, o in by_long.items() if n.startswith(name)]
                 if len(matches) > 1:
                     choices = ", ".join("--" + o.long for o in matches)
-                    raise usage_error(program, f"option '--{name}' is ambiguous (could be {choices})")
+                    raise usage_error(
+                        program,
+                        f"option '--{name}' is ambiguous (could be {choices})",
+                        f"option '--{name}' is ambiguous; possibilities:" + "".join(f" '--{o.long}'" for o in matches),
+                    )
                 if not matches:
                     raise usage_error(program, f"unrecognized option '{arg}'")
                 option = matches[0]
@@ -105,9 +123,17 @@ def parse(
                     store(option, argv[i])
                     i += 1
                 else:
-                    raise usage_error(program, f"option '--{option.long}' needs a value ({option.value})")
+                    raise usage_error(
+                        program,
+                        f"option '--{option.long}' needs a value ({option.value})",
+                        f"option '--{option.long}' requires an argument",
+                    )
             elif has_value:
-                raise usage_error(program, f"option '--{option.long}' takes no value, got '{inline}'")
+                raise usage_error(
+                    program,
+                    f"option '--{option.long}' takes no value, got '{inline}'",
+                    f"option '--{option.long}' doesn't allow an argument",
+                )
             else:
                 store(option, option.const)
             continue
@@ -117,7 +143,7 @@ def parse(
                 letter, letters = letters[0], letters[1:]
                 option = by_short.get(letter)
                 if option is None:
-                    raise usage_error(program, f"invalid option '-{letter}'")
+                    raise usage_error(program, f"invalid option '-{letter}'", f"invalid option -- '{letter}'")
                 if not option.value:
                     store(option, option.const)
                     continue
@@ -129,7 +155,11 @@ def parse(
                     store(option, argv[i])
                     i += 1
                 else:
-                    raise usage_error(program, f"option '-{letter}' needs a value ({option.value})")
+                    raise usage_error(
+                        program,
+                        f"option '-{letter}' needs a value ({option.value})",
+                        f"option requires an argument -- '{letter}'",
+                    )
                 letters = ""
             continue
         positionals.append(arg)
