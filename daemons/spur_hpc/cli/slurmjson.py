@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from spur_hpc import __version__, model
-from spur_hpc.cli import jobview, nodeview
+from spur_hpc.cli import jobview
 from spur_hpc.cli.runner import CliError
 
 TYPE_CHECKING = False
@@ -317,6 +317,8 @@ def jobs_document(jobs: list[Any], cluster: str = "") -> dict[str, Any]:
 def _node_state(node: Any) -> tuple[str, list[str]]:
     """Slurm's base state in lower case and its flags: a drained node is idle with DRAIN, a draining one is
     mixed or allocated with DRAIN."""
+    from spur_hpc.cli import nodeview  # here, not at the top: squeue --json needs no node code
+
     name = nodeview.state_name(node)
     flags = []
     if name in ("DRAINING", "DRAINED") or getattr(node, "drain", False):
@@ -344,6 +346,8 @@ def _host(address: str) -> str:
 
 def node_record(node: Any) -> dict[str, Any]:
     """One node as sinfo --json shows it (node_info, v0.0.38)."""
+    from spur_hpc.cli import nodeview
+
     cpus, memory = node.resources.cpus, node.resources.memory_mb
     alloc = node.allocated.cpus
     state, flags = _node_state(node)
@@ -414,6 +418,8 @@ def nodes_document(nodes: list[Any]) -> dict[str, Any]:
 
 def partition_records(nodes: list[Any]) -> list[dict[str, Any]]:
     """Partitions as slurmrestd's v0.0.38 /partitions gives them, from the nodes that name them."""
+    from spur_hpc.cli import nodeview
+
     by_name: dict[str, list[Any]] = {}
     for node in nodes:
         for name in list(node.partitions) or [nodeview.partition(node)]:
