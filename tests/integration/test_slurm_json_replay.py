@@ -7,12 +7,14 @@ name; and the values that must agree whatever the cluster: job states, names, pa
 exit codes, node states, CPUs and partitions. 22.05's scontrol has no --json: Spur's `scontrol --json show`
 records are compared with the same job's or node's record in Slurm's squeue and sinfo captures.
 tests/golden/slurm-22.05-json/differences.toml lists the captures that still differ, with reasons; the test
-fails on an unlisted difference and on a listed capture that has become the same.
+fails on an unlisted difference and on a listed capture that has become the same. SPUR_REPLAY_DUMP=DIR writes
+both sides of every capture there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -167,6 +169,13 @@ def test_every_json_capture_of_slurm_has_slurms_structure_on_spur(spur_side) -> 
     finally:
         shutil.rmtree(shared)
     by_short = {name.split("-", 1)[1]: capture for name, capture in captures.items()}
+    dump = os.environ.get("SPUR_REPLAY_DUMP")
+    for name in captures if dump else ():
+        Path(dump).mkdir(parents=True, exist_ok=True)
+        for side_name, result in (("slurm", captures[name]), ("spur", results[name])):
+            Path(dump, f"{name}.{side_name}.txt").write_text(
+                f"$ {result['resolved']}\nrc={result['rc']}\n{result['stdout']}--- stderr\n{result['stderr']}"
+            )
     found = {name: compare(name, capture, results[name], by_short) for name, capture in captures.items()}
     seen_fields = {field_of(p) for problems in found.values() for p in problems} & set(fields)
     found = {name: [p for p in problems if field_of(p) not in fields] for name, problems in found.items()}

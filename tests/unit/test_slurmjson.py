@@ -47,8 +47,10 @@ def add_session_jobs(cluster) -> None:
     """The jobs of the JSON session at its squeue --json, in the same states."""
     started = {"submit_time": T0, "eligible_time": T0, "start_time": T0 + 3}
     cluster.add_job(1, spec=spec("done"), state=pb.COMPLETED, nodes=["n1"], end_time=T0 + 3, **started)
+    failed_batch = [pb.Step(step_id="batch", name="batch", state=pb.FAILED, nodes=["n1"], tasks=1, exit_code=3)]
     cluster.add_job(
         2,
+        steps=failed_batch,
         spec=spec("fail"),
         state=pb.FAILED,
         nodes=["n1"],
@@ -132,6 +134,7 @@ def test_squeue_json_has_slurms_keys_and_types_for_each_kind_of_job(monkeypatch,
     assert (diffs, only_slurm, only_spur) == ([], [], [])
     by_id = {j["job_id"]: j for j in ours["jobs"]}
     assert by_id[2]["exit_code"] == 768 and by_id[2]["job_state"] == "FAILED"  # the wait status: 3 << 8
+    assert by_id[2]["derived_exit_code"] == 0  # the srun steps' (it has none), not the batch step's
     assert by_id[2]["state_reason"] == "NonZeroExitCode" and by_id[1]["user_name"] == "root"
     assert by_id[5]["array_task_string"] == "2-3%2" and by_id[6]["array_task_id"] == 0
     assert by_id[9]["dependency"] == "afterok:3(unfulfilled)" and by_id[8]["priority"] == 0

@@ -304,7 +304,9 @@ def job_record(job: Any, cluster: str = "") -> dict[str, Any]:
 
 
 def _worst_step(job: Any) -> tuple[int, int]:
-    return max(((s.exit_code, s.signal) for s in getattr(job, "steps", None) or []), default=(0, 0))
+    """The derived exit code: the largest of the srun steps' (the batch step's is the job's own exit code)."""
+    steps = [s for s in getattr(job, "steps", None) or [] if s.step_id not in ("batch", "extern")]
+    return max(((s.exit_code, s.signal) for s in steps), default=(0, 0))
 
 
 def jobs_document(jobs: list[Any], cluster: str = "") -> dict[str, Any]:
