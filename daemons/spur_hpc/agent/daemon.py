@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from spur_hpc import auth, buildinfo, conf, grpcutil
+from spur_hpc.agent import hostinfo
 from spur_hpc.agent.controller_client import ControllerClient, ControllerUnavailable
 from spur_hpc.agent.servicer import AgentServicer, running_pb
 from spur_hpc.agent.supervisors import Session, SupervisorTable, stepd_command
@@ -184,6 +185,19 @@ class AgentDaemon(Daemon):
 
     # -------------------------------------------------------------- controller traffic
 
+    @property
+    def host(self) -> dict[str, Any]:
+        """What a registration tells of the host (scontrol show node's Arch, OS, BootTime and CPU layout)."""
+        sockets, cores, threads = hostinfo.cpu_layout(self.cpus)
+        return {
+            "boot_time": hostinfo.boot_time(),
+            "arch": hostinfo.machine(),
+            "os": hostinfo.system(),
+            "sockets": sockets,
+            "cores_per_socket": cores,
+            "threads_per_core": threads,
+        }
+
     def _register(self, deadline: float) -> bool:
         assert self.client is not None and self.table is not None and self.conf is not None
         request = slurm_pb2.RegisterAgentRequest(
@@ -198,6 +212,7 @@ class AgentDaemon(Daemon):
             running=running_pb(self.table),
             agent_started=self.started,
             partition=self.conf.agent.partition,
+            **self.host,
         )
         try:
             reply = self.client.call("RegisterAgent", request, deadline, self.stopping)
