@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spur_hpc.cli import units
+from spur_hpc.cli import units, upgradeprogress
 from spur_hpc.cli.runner import CliError
 
 PLAYBOOKS = {
@@ -26,9 +26,12 @@ PLAYBOOKS = {
 }
 USAGE = """usage: spur cluster {deploy|upgrade|health|teardown} -i INVENTORY [-e KEY=VALUE ...] [--check]
                     [--limit HOSTS] [--log-json FILE]
+       spur cluster upgrade --status [EVENT_LOG]
 
   deploy     spur.cluster.deploy: accounting, controllers, agents, then a verify job
-  upgrade    spur.cluster.rolling_upgrade: controllers one at a time (leader last), then agents in batches
+  upgrade    spur.cluster.rolling_upgrade: the release staged everywhere, then controllers one at a time
+             (leader last), then agents in batches; one status line shows the progress. --status reads the
+             event log of a running or interrupted run (default: the newest spur-upgrade-*.json here)
   health     spur.cluster.healthcheck: read-only; exit 1 when the cluster is unhealthy
   teardown   spur.cluster.teardown: agents, then controllers; state is kept unless -e spur_wipe_state=true
 """
@@ -140,10 +143,12 @@ def _extra(value: str) -> dict[str, Any]:
 
 
 class Progress:
-    """Prints one line per play, task start and host result; keeps every event for the JSON log."""
+    """Prints one line per play, task start and host result, or, given a status line (the upgrade), that line
+    and the failures only; keeps every event for the JSON log."""
 
-    def __init__(self, stream=sys.stdout) -> None:
+    def __init__(self, stream=sys.stdout, status_line: upgradeprogress.StatusLine | None = None) -> None:
         self.stream = stream
+        self.status_line = status_line
         self.events: list[dict[str, Any]] = []
         self.hosts: dict[str, dict[str, int]] = {}
         self.started = time.monotonic()
@@ -152,7 +157,11 @@ class Progress:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         now = round(time.monotonic() - self.started, 3)
-        if kind == "playbook_on_play_start":
+        if self.status_line is not None:
+            self.status_line.refresh()
+        if self.status_line is not None and kind in ("playbook_on_play_start", "playbook_on_task_start"):
+            pass  # the status line says where the run is
+        elif kind == "playbook_on_play_start":
             self._say(f"\n[{now:7.1f}s] PLAY {data.get('play', '')}")
         elif kind == "playbook_on_task_start":
             self._say(f"[{now:7.1f}s]   TASK {data.get('task', '')}")
@@ -168,7 +177,11 @@ class Progress:
             message = result.get("msg") if status in ("FAILED", "UNREACHABLE") else ""
             if message:
                 line += f": {str(message).splitlines()[0][:300]}"
-            if status != "skipped":
+            if status in ("FAILED", "UNREACHABLE") and self.status_line is not None:
+                ignored = bool(data.get("ignore_errors")) or "rescue" in str(data.get("task_path", ""))
+                if not ignored:
+                    self._say(f"\n{line}")
+            elif status != "skipped" and self.status_line is None:
                 self._say(line)
             self.events.append(
                 {
@@ -189,6 +202,11 @@ class Progress:
 
 
 def main(argv: list[str], program: str = "spur cluster") -> int:
+    if argv[:1] == ["upgrade"] and "--status" in argv:
+        rest = [a for a in argv[1:] if a != "--status"]
+        if len(rest) > 1 or (rest and rest[0].startswith("-")):
+            raise CliError("spur cluster upgrade --status takes at most one event log path, and no other option")
+        return upgradeprogress.show_status(rest[0] if rest else None)
     opts = parse_args(argv)
     try:
         import ansible_runner
@@ -200,7 +218,15 @@ def main(argv: list[str], program: str = "spur cluster") -> int:
     playbook = collection / "playbooks" / PLAYBOOKS[opts["command"]]
     if not playbook.exists():
         raise CliError(f"{playbook} does not exist in this collection release")
-    progress = Progress()
+    status_line = None
+    if opts["command"] == "upgrade" and not opts["check"]:
+        # The playbook's event log, at a path this command knows, feeds the status line.
+        event_log = opts["extravars"].setdefault(
+            "spur_upgrade_event_log",
+            os.path.abspath(f"spur-upgrade-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"),
+        )
+        status_line = upgradeprogress.StatusLine(str(event_log), sys.stdout)
+    progress = Progress(status_line=status_line)
     cmdline = "--check --diff" if opts["check"] else None
     with tempfile.TemporaryDirectory(prefix="spur-runner-") as private:
         result = ansible_runner.run(
@@ -214,6 +240,9 @@ def main(argv: list[str], program: str = "spur cluster") -> int:
             event_handler=progress,
             quiet=True,
         )
+    if status_line is not None:
+        status_line.refresh()
+        status_line.close()
     log_path = Path(opts["log_json"] or f"spur-{opts['command']}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     summary = {
         "command": opts["command"],
