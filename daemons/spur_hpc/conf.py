@@ -25,7 +25,11 @@ from spur_hpc.model import (
     MAX_GRES_COUNT,
     MAX_GRES_KINDS,
     RAFT_PORT,
+    TIME_LIMIT_FORMS,
+    InvalidValue,
+    expand_hostlist,
     normalize_addr,
+    parse_time_limit,
     split_host_port,
 )
 
@@ -56,6 +60,8 @@ class Key:
     path: bool = False  # an absolute path
     port: int | None = NOT_AN_ADDRESS  # an address: host:port, this port when omitted (None: the port is required)
     shown_default: str = ""  # the docs' default, when the real one is derived at run time
+    unlimited: bool = False  # an int key that also takes "UNLIMITED" (or "INFINITE"), stored as 0
+    time_limit: bool = False  # a str key holding a Slurm time limit (model.parse_time_limit's forms)
 
     def accepts(self) -> str:
         """What the key accepts, in words: the docs' "accepts" column and the fix of a bound error."""
@@ -67,11 +73,13 @@ class Key:
                 words += f" from {_number(self.min)}"
             if self.max is not None:
                 words += f" to {_number(self.max)}" if self.above is None else f", at most {_number(self.max)}"
-            return words
+            return words + (" or UNLIMITED" if self.unlimited else "")
         if self.type is bool:
             return "true or false"
         if self.choices:
             return ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
+        if self.time_limit:
+            return f"a time limit: {TIME_LIMIT_FORMS}"
         one = "host:port" if self.port != NOT_AN_ADDRESS else "absolute path" if self.path else "string"
         if self.pattern_text:
             one = f"{one} of {self.pattern_text}"
@@ -290,6 +298,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
             max=2**30,
         ),
     },
+    "scheduler": {
+        "enforce_part_limits": Key(
+            str,
+            "NO",
+            "Slurm's EnforcePartLimits. `NO` queues a job over its partition's MaxTime, MaxNodes or node count; "
+            "it pends (PartitionTimeLimit, PartitionNodeLimit) until the limit or the job changes. `ANY` and "
+            "`ALL` refuse it at submit (a job names one partition, so they are the same here).",
+            choices=("NO", "ANY", "ALL"),
+        ),
+    },
     "agent": {
         "node_name": Key(
             str,
@@ -328,7 +346,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "partition": Key(
             str,
             "default",
-            "The partition this node belongs to.",
+            "The partition this node belongs to when no `[partitions.NAME]` table names the node (see "
+            '"Partitions" below); a node that a table names is in the partitions of the tables.',
             pattern=_NAME,
             pattern_text="letters, digits, `-` and `_`",
         ),
@@ -489,6 +508,62 @@ SCHEMA: dict[str, dict[str, Key]] = {
 }
 
 
+PARTITIONS = "partitions"  # [partitions.NAME]: one table per partition, keys from PARTITION_KEYS
+
+# [partitions.NAME] -> key -> Key: a partition as Slurm's PartitionName line has it (docs/controller.md "Partitions").
+PARTITION_KEYS: dict[str, Key] = {
+    "nodes": Key(
+        str,
+        "",
+        "Slurm's Nodes: the partition's nodes as a hostlist expression (`n[1-4],gpu1`), or `ALL` for every node "
+        "that registers. A node may be in several partitions.",
+        shown_default="empty (no nodes)",
+    ),
+    "default": Key(bool, False, "Default=YES: a job sent without `-p` runs here. At most one partition says so."),
+    "max_time": Key(
+        str,
+        "UNLIMITED",
+        "MaxTime: the longest time limit of a job here. A longer one is queued and pends (PartitionTimeLimit) "
+        'under `[scheduler] enforce_part_limits = "NO"`.',
+        time_limit=True,
+    ),
+    "default_time": Key(
+        str,
+        "",
+        "DefaultTime: the time limit of a job sent without `-t`.",
+        time_limit=True,
+        shown_default="`max_time`",
+    ),
+    "max_nodes": Key(
+        int,
+        0,
+        "MaxNodes: the most nodes one job may ask for; `0` or `UNLIMITED` for no limit.",
+        min=0,
+        max=1_000_000,
+        unlimited=True,
+    ),
+    "min_nodes": Key(int, 0, "MinNodes: the fewest nodes one job may ask for.", min=0, max=1_000_000),
+    "state": Key(
+        str,
+        "UP",
+        "`UP`; `DOWN` queues jobs but starts none (PartitionDown); `DRAIN` refuses new jobs and runs the queued "
+        "ones; `INACTIVE` refuses new jobs and starts none (PartitionInactive). Running jobs always go on.",
+        choices=("UP", "DOWN", "DRAIN", "INACTIVE"),
+    ),
+    "hidden": Key(bool, False, "Hidden=YES: left out of `sinfo` and `squeue` listings unless `-a` / `--all`."),
+    "priority_tier": Key(
+        int,
+        1,
+        "PriorityTier: on nodes shared by several partitions, the jobs of the higher tier are planned first.",
+        min=0,
+        max=65533,
+    ),
+    "priority_job_factor": Key(
+        int, 1, "PriorityJobFactor: recorded and shown (`scontrol show partition`).", min=0, max=65533
+    ),
+}
+
+
 # ------------------------------------------------------------------ the typed objects, derived from SCHEMA
 
 
@@ -513,6 +588,14 @@ def _stored(key: Key, value: Any) -> Any:
 
 SECTION_TYPES: dict[str, type] = {section: _section_class(section, keys) for section, keys in SCHEMA.items()}
 
+# One [partitions.NAME] table: its name, then the PARTITION_KEYS as written (times as text; see partition_limits).
+PartitionConfig = make_dataclass(
+    "PartitionConfig",
+    [("name", str), *[(n, k.type, field(default=_stored(k, k.default))) for n, k in PARTITION_KEYS.items()]],
+    frozen=True,
+)
+PartitionConfig.__module__ = __name__
+
 # Config(path, cluster, controller, agent, accounting, auth, log, extra): `extra` keeps the sections the schema
 # does not know, verbatim (site-local x- sections; the Ansible role carries them over).
 Config = make_dataclass(
@@ -520,6 +603,7 @@ Config = make_dataclass(
     [
         ("path", str, field(default="")),
         *[(section, cls, field(default_factory=cls)) for section, cls in SECTION_TYPES.items()],
+        ("partitions", tuple, field(default=())),  # PartitionConfig per [partitions.NAME], in the file's order
         ("extra", dict, field(default_factory=dict)),
     ],
     frozen=True,
@@ -557,9 +641,13 @@ def _type_names(key: Key) -> str:
     return names[key.type]
 
 
-def _convert(section: str, name: str, raw: Any) -> Any:
+def _convert(section: str, name: str, raw: Any, key: Key | None = None) -> Any:
     """A TOML value -> the stored value, or ConfigError when its type or bounds are wrong."""
-    key = SCHEMA[section][name]
+    key = key or SCHEMA[section][name]
+    if key.unlimited and isinstance(raw, str):
+        if raw.strip().upper() in ("UNLIMITED", "INFINITE"):
+            return 0
+        raise _fail(section, name, f"bad value {_short(raw)}", f"use {key.accepts()}")
     accepted = {int: (int,), float: (int, float), str: (str,), list: (list,), bool: (bool,)}[key.type]
     if not isinstance(raw, accepted) or (isinstance(raw, bool) and key.type is not bool):
         got = "boolean" if isinstance(raw, bool) else type(raw).__name__
@@ -601,6 +689,11 @@ def _check_text(section: str, name: str, key: Key, value: str, item: bool = Fals
         return  # not set: derived at run time, or the feature is off
     if key.choices and value not in key.choices:
         raise _fail(section, name, f"unknown value {_short(value)}", f"use {key.accepts()}")
+    if key.time_limit:
+        try:
+            parse_time_limit(value, "time")
+        except InvalidValue:
+            raise _fail(section, name, f"bad time limit {_short(value)}", f"use {TIME_LIMIT_FORMS}") from None
     if key.pattern and not re.fullmatch(key.pattern, value):
         raise _fail(section, name, f"bad value {_short(value)}", f"use {key.pattern_text}")
     if key.path:
@@ -636,7 +729,11 @@ def parse(text: str, path: str = "<string>") -> Config:
         raise ConfigError(f"{path}: not valid TOML (nested too deeply); fix the file") from None
     sections: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    partitions: tuple = ()
     for section, body in data.items():
+        if section == PARTITIONS:
+            partitions = _partitions(body)
+            continue
         if section not in SCHEMA:
             if section.startswith("x-") or section.startswith("x_"):
                 extra[section] = body
@@ -658,7 +755,36 @@ def parse(text: str, path: str = "<string>") -> Config:
             values[key] = _convert(section, key, raw)
         sections[section] = values
     built = {section: cls(**sections.get(section, {})) for section, cls in SECTION_TYPES.items()}
-    return Config(path=path, extra=extra, **built)
+    return Config(path=path, extra=extra, partitions=partitions, **built)
+
+
+def _partitions(body: Any) -> tuple:
+    """[partitions.NAME] tables -> PartitionConfig per table, in the file's order (keys, types, forms checked)."""
+    if not isinstance(body, dict):
+        raise _fail(PARTITIONS, "", f"expected tables, got {_short(body)}", "write one [partitions.NAME] table each")
+    out = []
+    for name, keys in body.items():
+        where = f"{PARTITIONS}.{_short(name)[1:-1]}"
+        if not re.fullmatch(_NAME, name):
+            raise _fail(where, "", "bad partition name", "use letters, digits, `-` and `_` (at most 63)")
+        if not isinstance(keys, dict):
+            raise _fail(where, "", f"expected a table, got {_short(keys)}", f"write it as [{where}] followed by keys")
+        values = {}
+        for key, raw in keys.items():
+            if key not in PARTITION_KEYS:
+                known = ", ".join(PARTITION_KEYS)
+                raise _fail(where, _short(key)[1:-1], "unknown key", f"remove it or use one of: {known}")
+            if key == "state" and isinstance(raw, str):
+                raw = raw.upper()  # Slurm reads State=up as UP
+            values[key] = _convert(where, key, raw, PARTITION_KEYS[key])
+        nodes = values.get("nodes", "")
+        if nodes and nodes.upper() != "ALL":
+            try:
+                expand_hostlist(nodes)
+            except InvalidValue as exc:
+                raise ConfigError(f"[{where}] nodes: {exc}, or ALL") from None
+        out.append(PartitionConfig(name=name, **values))
+    return tuple(out)
 
 
 def load(path: str | None = None, role: str | None = None) -> Config:
@@ -700,6 +826,7 @@ def validate(conf: Config, role: str | None) -> None:
     if len(set(hosts)) != len(hosts):
         dup = next(h for h in hosts if hosts.count(h) > 1)
         raise _fail("controller", "hosts", f"{dup} is listed twice", "list every controller once")
+    _validate_partitions(conf.partitions)
     if role == "controller":
         _validate_controller(conf, hosts)
         _validate_exposure(conf, "controller")
@@ -758,6 +885,36 @@ def _validate_controller(conf: Config, hosts: list[str]) -> None:
             "use 250 (a slower reconnect makes a restarted member depose the leader)",
         )
     check_secret_file("controller", "raft_secret_file", c.raft_secret_file)
+
+
+def _validate_partitions(partitions: tuple) -> None:
+    """At most one default partition; each one's DefaultTime within its MaxTime, MinNodes within MaxNodes."""
+    defaults = [p.name for p in partitions if p.default]
+    if len(defaults) > 1:
+        raise _fail(
+            f"{PARTITIONS}.{defaults[1]}",
+            "default",
+            f"partition {defaults[0]} is the default already",
+            "set default = true on one partition only",
+        )
+    for part in partitions:
+        where = f"{PARTITIONS}.{part.name}"
+        max_time = parse_time_limit(part.max_time, "max_time")
+        default_time = parse_time_limit(part.default_time, "default_time") if part.default_time else max_time
+        if max_time and (not default_time or default_time > max_time):
+            raise _fail(
+                where,
+                "default_time",
+                f"{part.default_time!r} is longer than max_time {part.max_time!r}",
+                "shorten default_time or raise max_time",
+            )
+        if part.max_nodes and part.min_nodes > part.max_nodes:
+            raise _fail(
+                where,
+                "min_nodes",
+                f"{part.min_nodes} is above max_nodes {part.max_nodes}",
+                "lower it or raise max_nodes",
+            )
 
 
 def _validate_single_controller(c: Any, hosts: list[str]) -> None:

@@ -84,7 +84,7 @@ def test_followers_serve_reads_and_forward_writes(cluster):
 def test_a_brief_job_list_leaves_out_script_and_environment_only(cluster):
     leader = cluster.wait_leader()
     full_spec = slurm_pb2.JobSpec(name="brief", script="#!/bin/sh\necho hi\n", user="root", work_dir="/srv/w",
-                                  partition="debug", cpus_per_task=2, environment={"HOME": "/root", "X": "1"})
+                                  partition="default", cpus_per_task=2, environment={"HOME": "/root", "X": "1"})
     job_id = cluster.stub(leader).SubmitJob(
         slurm_pb2.SubmitJobRequest(spec=full_spec, idempotency_key=uuid.uuid4().hex), timeout=10
     ).job_id

@@ -71,9 +71,29 @@ def test_the_committed_captures_are_the_current_session() -> None:
         assert reason.strip(), f"differences.toml gives no reason for {name}"
 
 
+# Slurm's PartitionName keys (session.PARTITION_LIMITS) -> spur.conf's [partitions.NAME] keys
+SLURM_PARTITION_KEYS = {"MaxTime": "max_time", "DefaultTime": "default_time", "State": "state"}
+
+
+def partition_tables() -> str:
+    """[partitions.NAME] tables saying what the Slurm side's PartitionName lines say (derived from session.py's
+    PARTITIONS, DEFAULT_PARTITION and PARTITION_LIMITS, the source of tools/slurm_capture's slurm.conf)."""
+    tables = []
+    for part, nodes in session.PARTITIONS.items():
+        lines = [f"[partitions.{part}]", f'nodes = "{",".join(nodes)}"']
+        if part == session.DEFAULT_PARTITION:
+            lines.append("default = true")
+        for item in session.PARTITION_LIMITS[part].split():
+            key, _eq, value = item.partition("=")
+            lines.append(f'{SLURM_PARTITION_KEYS[key]} = "{value}"')
+        tables.append("\n".join(lines) + "\n")
+    return "".join(tables)
+
+
 @pytest.fixture
 def spur_side(make_cluster, tmp_path: Path, pg_database, pg_server):
     extra = f'[accounting]\ndatabase_url = "{pg_database.url}"\npassword_file = "{pg_server.password_file}"\n'
+    extra += partition_tables()
     cluster = make_cluster(1, name=session.CLUSTER, extra_sections=extra)
     agents = []
     for part, nodes in session.PARTITIONS.items():

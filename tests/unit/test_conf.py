@@ -224,8 +224,8 @@ def test_ipv6_addresses_are_accepted_in_brackets(tmp_path, secret):
 
 
 def test_unknown_section_and_bad_toml(tmp_path, secret):
-    with pytest.raises(ConfigError, match=r"\[scheduler\]: unknown section"):
-        load_text(tmp_path, controller_toml(secret) + "[scheduler]\nx = 1\n")
+    with pytest.raises(ConfigError, match=r"\[schedular\]: unknown section"):
+        load_text(tmp_path, controller_toml(secret) + "[schedular]\nx = 1\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_text(tmp_path, "[cluster\n")
     with pytest.raises(ConfigError, match="file not found"):

@@ -262,7 +262,7 @@ def test_constraint_forms_spur_does_not_support_are_refused_with_one_line(constr
         ({"gres": "gpu:3"}, "asks for 3 gpu per node"),
         ({"gres": "fpga:1"}, "asks for 1 fpga per node"),
         ({"constraint": "nvme"}, "0 node(s) of partition default have those features"),
-        ({"nodes": 2, "exclude": "n1"}, "has 1 once --exclude is applied"),
+        ({"nodes": 2, "exclude": "n1"}, "--exclude leaves 1 node(s) of partition default and the job needs 2"),
         ({"cpus_per_task": 16}, "asks for 16 CPUs per node"),
         ({"nodes": 2, "gres": "gpu:1"}, "needs 2 nodes with all it asks for"),
     ],

@@ -4,47 +4,20 @@ from __future__ import annotations
 
 import time
 
+from spur_hpc import model
 from spur_hpc.cli.runner import CliError
-from spur_hpc.model import INT64_MAX, bounded_int, is_number
+from spur_hpc.model import INT64_MAX, TIME_LIMIT_FORMS, InvalidValue, bounded_int, is_number  # noqa: F401
 
-TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)"
 # the protobuf fields numbers end up in: a larger value would wrap into another number on the wire
 INT32_MAX = 2**31 - 1
 
 
 def parse_time_limit(text: str, option: str = "--time") -> int:
-    """Slurm -t/--time value -> seconds (0: no limit)."""
-    value = text.strip()
-    if value.upper() in ("UNLIMITED", "INFINITE"):
-        return 0
-
-    def bad() -> CliError:
-        return CliError(f"invalid {option} value '{text}': use {TIME_LIMIT_FORMS}")
-
-    days = 0
-    day_text, has_days, clock = value.rpartition("-") if "-" in value else ("", "", value)
-    if has_days:
-        if not is_number(day_text) or not clock:
-            raise bad()
-        days = bounded_int(day_text, INT64_MAX)
-    parts = clock.split(":")
-    if len(parts) > 3 or not all(is_number(p) for p in parts):
-        raise bad()
-    numbers = [bounded_int(p, INT64_MAX) for p in parts]
-    if days is None or None in numbers:
-        raise CliError(f"invalid {option} value '{text}': it is over {INT64_MAX} seconds; use UNLIMITED for no limit")
-    if has_days:  # D-HH[:MM[:SS]]
-        hours, minutes, seconds = (numbers + [0, 0])[:3]
-    elif len(numbers) == 3:
-        hours, minutes, seconds = numbers
-    else:  # minutes[:seconds]
-        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
-    if seconds > 59 or (minutes > 59 and (has_days or len(numbers) == 3)):
-        raise bad()
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    if total > INT64_MAX:
-        raise CliError(f"invalid {option} value '{text}': it is over {INT64_MAX} seconds; use UNLIMITED for no limit")
-    return total
+    """Slurm -t/--time value -> seconds (0: no limit); the parser is model's, shared with spur.conf's MaxTime."""
+    try:
+        return model.parse_time_limit(text, option)
+    except InvalidValue as exc:
+        raise CliError(str(exc)) from None
 
 
 _MEMORY_SHIFTS = {"K": -10, "M": 0, "G": 10, "T": 20}  # powers of two from the unit to megabytes
@@ -95,6 +68,11 @@ def format_limit(seconds: int, unlimited: str = "UNLIMITED", clock: bool = False
     if seconds <= 0:
         return unlimited
     return format_clock(seconds) if clock else format_duration(seconds)
+
+
+def format_tres_memory(mb: int) -> str:
+    """Memory as Slurm's TRES and MinMemory* write it: 4G for 4096 MB, 1500M otherwise."""
+    return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"
 
 
 def format_timestamp(epoch: float, unknown: str = "Unknown") -> str:

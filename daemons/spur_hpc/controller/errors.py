@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from spur_hpc.model import SLURM_ERROR_METADATA_KEY  # noqa: F401 (the gRPC layer reads it from here)
+
 
 class ControllerError(Exception):
     """Base: the message is one line a user can act on."""
@@ -13,6 +15,16 @@ class NotFound(ControllerError):
 
 class InvalidArgument(ControllerError):
     pass
+
+
+class SlurmRefusal(InvalidArgument):
+    """A refusal Slurm words with one of its error texts (slurm_errno.c), such as "Invalid partition name
+    specified": the gRPC layer sends `slurm_error` in the trailing metadata (SLURM_ERROR_METADATA_KEY) so that
+    sbatch prints Slurm's lines; the message stays the one line that names what is wrong."""
+
+    def __init__(self, message: str, slurm_error: str) -> None:
+        super().__init__(message)
+        self.slurm_error = slurm_error
 
 
 class Conflict(ControllerError):

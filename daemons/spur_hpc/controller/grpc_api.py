@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 
 from spur_hpc import buildinfo, grpcutil
-from spur_hpc.controller import errors, placement
-from spur_hpc.controller.service import ControllerService, copy_job
+from spur_hpc.controller import errors, partitions, placement
+from spur_hpc.controller.service import ControllerService, copy_job, shown_state
 from spur_hpc.controller.steplaunch import step_to_pb, steps_key, steps_to_pb
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import spec_from_pb, spec_to_pb
@@ -42,6 +42,8 @@ def rpc(method: Callable) -> Callable:
                 if isinstance(exc, cls):
                     if isinstance(exc, errors.NotLeader) and exc.leader:
                         context.set_trailing_metadata(((grpcutil.LEADER_METADATA_KEY, exc.leader),))
+                    if isinstance(exc, errors.SlurmRefusal):
+                        context.set_trailing_metadata(((errors.SLURM_ERROR_METADATA_KEY, exc.slurm_error),))
                     context.abort(code, str(exc))
             context.abort(grpc.StatusCode.INTERNAL, str(exc))
         except ValueError as exc:
@@ -87,10 +89,12 @@ JOB_RECORD_FIELDS = {
 
 def job_to_pb(job: dict[str, Any], brief: bool = False) -> slurm_pb2.Job:
     fields = {f: job.get(f, default) for f, default in JOB_RECORD_FIELDS.items()}
+    if job.get("suspend_attempt") != job.get("attempt"):  # suspended in an earlier run only: not this run's times
+        fields.update(suspend_time=0.0, suspended_secs=0.0)
     return slurm_pb2.Job(
         job_id=job["job_id"],
         spec=spec_to_pb(job["spec"], brief),
-        state=_JOB_STATES[job["state"]],
+        state=_JOB_STATES[shown_state(job)],
         steps=steps_to_pb(job),
         **fields,
     )
@@ -101,7 +105,8 @@ def _brief_key(job: dict[str, Any]) -> tuple:
     every field of JOB_RECORD_FIELDS (lists as tuples, so the key compares by value)."""
     values = (job.get(f, default) for f, default in JOB_RECORD_FIELDS.items())
     steps = steps_key(job)
-    return (job["state"], job.get("spec_rev", 0), steps, *(tuple(v) if isinstance(v, list) else v for v in values))
+    state = shown_state(job)
+    return (state, job.get("spec_rev", 0), steps, *(tuple(v) if isinstance(v, list) else v for v in values))
 
 
 class BriefJobList:
@@ -150,6 +155,13 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+# what an agent reports of its host and its start (RegisterAgentRequest), kept in the node record as they came
+NODE_HOST_FIELDS = {
+    "agent_started": 0.0, "boot_time": 0.0, "arch": "", "os": "", "sockets": 0, "cores_per_socket": 0,
+    "threads_per_core": 0,
+}  # fmt: skip
+
+
 def node_to_pb(node: dict[str, Any], last_heartbeat: float = 0.0) -> slurm_pb2.Node:
     return slurm_pb2.Node(
         name=node["name"],
@@ -169,8 +181,30 @@ def node_to_pb(node: dict[str, Any], last_heartbeat: float = 0.0) -> slurm_pb2.N
         registered=node["registered"],
         last_registered=node["last_registered"],
         last_heartbeat=last_heartbeat,
-        partition=node["partition"],
+        # Node.partition is the first of Node.partitions ("" for a node in none: see controller/partitions.py)
+        partition=(node.get("partitions") or [""])[0] if "partitions" in node else node["partition"],
+        partitions=node.get("partitions") or [],
         drain=node["drain"],
+        dispatch_hold_until=node.get("dispatch_hold_until", 0.0),
+        last_busy=node.get("last_busy", 0.0),
+        **{field: node.get(field, default) for field, default in NODE_HOST_FIELDS.items()},
+    )
+
+
+def partition_to_pb(part: partitions.Partition) -> slurm_pb2.Partition:
+    return slurm_pb2.Partition(
+        name=part.name,
+        nodes=part.nodes,
+        nodes_expr=part.nodes_expr,
+        is_default=part.is_default,
+        max_time_secs=part.max_time_secs,
+        default_time_secs=part.default_time_secs,
+        max_nodes=part.max_nodes,
+        min_nodes=part.min_nodes,
+        state=part.state,
+        hidden=part.hidden,
+        priority_tier=part.priority_tier,
+        priority_job_factor=part.priority_job_factor,
     )
 
 
@@ -228,6 +262,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             running,
             gres=dict(request.resources.gres),
             features=list(request.features),
+            host={field: getattr(request, field) for field in NODE_HOST_FIELDS},
         )
         node = self.service.get_node(request.name)
         self.node.poke_scheduler()
@@ -275,6 +310,13 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         )
 
     @rpc
+    def ListPartitions(self, request, context):
+        self.node.authz.caller(context)
+        return slurm_pb2.ListPartitionsReply(
+            partitions=[partition_to_pb(p) for p in self.service.list_partitions(list(request.names))]
+        )
+
+    @rpc
     def GetNode(self, request, context):
         self.node.authz.caller(context)
         node = self.service.get_node(request.name)
@@ -294,6 +336,17 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         self.service.resume(request.name, request.only_if_reason_prefix)
         self.node.poke_scheduler()
         return node_to_pb(self.service.get_node(request.name))
+
+    @rpc
+    def HoldDispatch(self, request, context):
+        # An agent before its restart (the rolling upgrade in place) or an administrator: agents run as root.
+        self.node.authz.require_admin(self.node.authz.caller(context), "hold dispatch to a node")
+        node = self.service.hold_dispatch(request.name, request.hold_secs)
+        # Answer once every launch that left before the hold has landed: then a restart loses none.
+        left = max(0.0, node["dispatch_hold_until"] - self.service.clock())
+        if not self.node.duties.dispatch.wait_idle(node["name"], left):
+            log.warning("node %s: launches still in flight when its dispatch hold ran out", node["name"])
+        return node_to_pb(self.service.get_node(node["name"]))
 
     @rpc
     def UpdateNode(self, request, context):
@@ -328,7 +381,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
             spec = self.service.validate_spec(spec)
             now = self.service.clock()
-            estimate, nodes = self.service.read(lambda s: placement.test_only(s, spec, now))
+            estimate, nodes = self.service.read(lambda s: placement.test_only(s, spec, now, self.service.partitions))
             return slurm_pb2.SubmitJobReply(start_estimate=estimate, nodes=nodes)
         job_id, duplicate = self.service.submit(spec, request.idempotency_key, submitter_uid=who.uid)
         self.node.poke_scheduler()
@@ -423,6 +476,16 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             return  # a cancel: the leader's follow-up signals the cancelled tasks
         for job_id, attempt, nodes in targets:
             self.node.duties.signal_job(job_id, attempt, nodes, signal)
+
+    @rpc
+    def SuspendJob(self, request, context):
+        """scontrol suspend / resume: operators and administrators only, as in Slurm; the leader writes the change
+        and then stops (SIGSTOP) or continues (SIGCONT) every process of the job and its steps on their nodes."""
+        what = "resume" if request.resume else "suspend"
+        self.node.authz.require_admin(self.node.authz.caller(context), f"{what} job {request.job_id}")
+        result = self.service.suspend(request.job_id, request.resume)
+        self.node.duties.suspend_job(request.job_id, result["attempt"], result["nodes"], request.resume)
+        return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def HoldJob(self, request, context):

@@ -8,6 +8,7 @@ leader gives every node a fresh grace period instead, so heartbeats cost no Raft
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -20,9 +21,9 @@ from spur_hpc import auth, grpcutil
 from spur_hpc.controller import eligibility, errors
 from spur_hpc.controller.dispatch_gate import DispatchGate
 from spur_hpc.controller.scheduler import JobIndex, plan_starts
-from spur_hpc.controller.service import ControllerService
+from spur_hpc.controller.service import ControllerService, shown_state
 from spur_hpc.controller.steplaunch import StepLauncher
-from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING
+from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING, SUSPENDED
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import alloc_to_pb
 
@@ -409,6 +410,31 @@ class LeaderDuties:
                 log.info("signal %s to job %s on %s failed: %s", signal, job_id, address, exc.code().name)
         return delivered
 
+    def suspend_job(self, job_id: int, attempt: int, nodes: list[str], resume: bool) -> None:
+        """scontrol suspend / resume: SIGSTOP / SIGCONT (with SignalJobRequest.suspend, so each supervisor holds
+        its time limit meanwhile) to the batch supervisor and to every running step's supervisor on its nodes."""
+        sig = signal.SIGCONT if resume else signal.SIGSTOP
+        job = self.service.get_job(job_id)
+        targets = [("", nodes[:1])] + [
+            (step_id, list(step["nodes"]))
+            for step_id, step in (job.get("steps") or {}).items()
+            if step_id != "batch" and step["state"] == RUNNING and step.get("attempt", attempt) == attempt
+        ]
+        if job["spec"].get("interactive"):
+            targets = targets[1:]  # salloc's allocation has no batch supervisor
+        for step_id, step_nodes in targets:
+            addresses = self.raft.read(
+                lambda st, names=step_nodes: [st.nodes[n]["address"] for n in names if n in st.nodes]
+            )
+            for address in addresses:
+                request = slurm_pb2.SignalJobRequest(
+                    job_id=job_id, attempt=attempt, signal=int(sig), step_id=step_id, suspend=True
+                )
+                try:
+                    self.agents.stub(address).SignalJob(request, timeout=5.0, metadata=self.agents.metadata())
+                except grpc.RpcError as exc:
+                    log.warning("%s of job %s at %s failed: %s", sig.name, job_id, address, exc.code().name)
+
     def _follow_up_running(self) -> None:
         now_wall = self.service.clock()
         now = time.monotonic()
@@ -419,8 +445,9 @@ class LeaderDuties:
                     j["attempt"],
                     list(j["nodes"]),
                     j["cancel_requested"],
-                    j["start_time"],
-                    j["spec"].get("time_limit_secs") or 0,
+                    # a suspended job's limit waits: it counts from its start plus the time it spent suspended
+                    j["start_time"] + (j.get("suspended_secs", 0.0) if j.get("suspend_attempt") == j["attempt"] else 0),
+                    0 if shown_state(j) == SUSPENDED else j["spec"].get("time_limit_secs") or 0,
                     bool(j["spec"].get("interactive")),
                 )
                 for j in (s.jobs.get(i) for i in sorted(self.jobs.sync(s).running))

@@ -45,6 +45,17 @@ def job_partition(spec: dict[str, Any]) -> str:
     return spec.get("partition") or "default"
 
 
+def node_partitions(s: Any, node: dict[str, Any], parts: Any = None) -> tuple[str, ...]:
+    """The partitions whose jobs the node takes: those of the PartitionTable `parts` (controller/partitions.py),
+    else the one its agent declares. Before WAL level 4 a member's job_start check still compares the job's
+    partition with the agent's, so the leader then keeps to the partitions that agree with it."""
+    declared = node.get("partition") or "default"
+    if parts is None:
+        return (declared,)
+    found = parts.node_partitions(node)
+    return found if getattr(s, "wal_level", 4) >= 4 else tuple(p for p in found if p == declared)
+
+
 def node_count(spec: dict[str, Any]) -> int:
     return max(1, spec.get("nodes") or 1)
 
@@ -244,9 +255,15 @@ def node_free(node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def free_resources(s: ClusterState) -> dict[str, dict[str, Any]]:
-    """What each schedulable node has left, keyed by node name."""
-    return {n: node_free(node) for n, node in s.nodes.items() if s.schedulable(node)}
+def free_resources(s: ClusterState, now: float | None = None, parts: Any = None) -> dict[str, dict[str, Any]]:
+    """What each schedulable node has left, keyed by node name, with the partitions it serves (node_partitions).
+    With `now` (the scheduler's plan), a node whose agent holds dispatch for its restart is left out; the reasons
+    and estimates shown to users ignore holds."""
+    return {
+        n: dict(node_free(node), partitions=node_partitions(s, node, parts))
+        for n, node in s.nodes.items()
+        if s.schedulable(node) and (now is None or not s.dispatch_held(node, now))
+    }
 
 
 def _take_gres(free_gres: dict[str, int], wanted: dict[str, int]) -> dict[str, int] | None:
@@ -284,8 +301,10 @@ def demand(spec: dict[str, Any]) -> dict[str, Any]:
 
 def share(node: dict[str, Any], free: dict[str, Any], want: dict[str, Any]) -> dict[str, Any] | None:
     """What the job (its demand()) would hold on this node ({"cpus", "memory_mb", "gres"}), or None when the
-    node cannot take it now (partition, --exclude, features, exclusivity, CPUs, memory, gres)."""
-    if want["partition"] != node["partition"] or node["name"] in want["excluded"]:
+    node cannot take it now (partition, --exclude, features, exclusivity, CPUs, memory, gres). The partition is
+    checked where `free` says which ones the node serves (the planner's free map): the state machine's check of
+    a start leaves membership, a matter of the configuration, to the leader."""
+    if ("partitions" in free and want["partition"] not in free["partitions"]) or node["name"] in want["excluded"]:
         return None
     if not features_match(node, want["constraint"]):
         return None
@@ -455,11 +474,12 @@ def job_gres(job: dict[str, Any]) -> dict[str, int]:
 # ------------------------------------------------------------------ submit checks and pending reasons
 
 
-def never_fits(s: ClusterState, spec: dict[str, Any]) -> str | None:
+def never_fits(s: ClusterState, spec: dict[str, Any], parts: Any = None) -> str | None:
     """Why the job could never start on the nodes the cluster has (one line for the submitter), or None.
-    Nothing registered in its partition yet: None (it waits, like a job for a partition that is down)."""
+    Nothing registered in its partition yet: None (it waits, like a job for a partition that is down). More
+    nodes than the partition has is no refusal: it pends (PartitionNodeLimit, partitions.limits_reason)."""
     partition = job_partition(spec)
-    nodes = {name: node for name, node in s.nodes.items() if node.get("partition", "default") == partition}
+    nodes = {name: node for name, node in s.nodes.items() if partition in node_partitions(s, node, parts)}
     try:
         named = named_nodes(spec)
         excluded = excluded_nodes(spec)
@@ -471,15 +491,13 @@ def never_fits(s: ClusterState, spec: dict[str, Any]) -> str | None:
         if name not in s.nodes:
             return f"node {name} named by --nodelist does not exist; check the name with sinfo -N"
         if name not in nodes:
-            return f"node {name} named by --nodelist is in partition {s.nodes[name].get('partition')}, not {partition}"
+            return f"node {name} named by --nodelist is not in partition {partition}; check it with sinfo -N -n {name}"
     if not nodes:
         return None
-    count = node_count(spec)
+    count = min(node_count(spec), len(nodes))  # past the partition's size it pends instead
     candidates = {n: node for n, node in nodes.items() if n not in excluded}
     if len(candidates) < count:
-        return f"the job asks for {count} nodes but partition {partition} has {len(candidates)}" + (
-            " once --exclude is applied" if excluded else ""
-        )
+        return f"--exclude leaves {len(candidates)} node(s) of partition {partition} and the job needs {count}"
     if constraint:
         candidates = {n: node for n, node in candidates.items() if features_match(node, constraint)}
         if len(candidates) < count:
@@ -525,7 +543,7 @@ def _could_ever_take(node: dict[str, Any], spec: dict[str, Any], cpus: int, mem:
     return all(_gres_capacity(node, key) >= need for key, need in wanted.items())
 
 
-def pending_reason(s: ClusterState, job: dict[str, Any]) -> str | None:
+def pending_reason(s: ClusterState, job: dict[str, Any], parts: Any = None) -> str | None:
     """Why an eligible pending job has no nodes now: ReqNodeNotAvail when a node it names is down, drained
     or gone, Resources when the nodes are busy; None when it would fit now (it starts on the next plan)."""
     spec = job["spec"]
@@ -533,7 +551,7 @@ def pending_reason(s: ClusterState, job: dict[str, Any]) -> str | None:
         node = s.nodes.get(name)
         if node is None or not s.schedulable(node):
             return REASON_NODE_NOT_AVAIL
-    if choose_nodes(s, job, free_resources(s)) is None:
+    if choose_nodes(s, job, free_resources(s, parts=parts)) is None:
         return REASON_RESOURCES
     return None
 
@@ -541,13 +559,13 @@ def pending_reason(s: ClusterState, job: dict[str, Any]) -> str | None:
 REASON_PRIORITY = "Priority"  # an older job of its partition waits for nodes first (no backfill)
 
 
-def queue_reason(s: ClusterState, job: dict[str, Any], memo: dict) -> str | None:
+def queue_reason(s: ClusterState, job: dict[str, Any], memo: dict, parts: Any = None) -> str | None:
     """squeue's reason for an eligible pending job, as the planner would decide it: the first job of a partition
     without nodes says why (Resources, ReqNodeNotAvail), the younger ones behind it Priority; None when it would
     start now. `memo` is shared by one pass over the queue (the free resources are worked out once)."""
     free = memo.get("placement_free")
     if free is None:
-        free = memo["placement_free"] = free_resources(s)
+        free = memo["placement_free"] = free_resources(s, parts=parts)
     blocked = memo.setdefault("placement_blocked", set())
     partition = job_partition(job["spec"])
     if partition in blocked:
@@ -555,13 +573,13 @@ def queue_reason(s: ClusterState, job: dict[str, Any], memo: dict) -> str | None
     if choose_nodes(s, job, free) is not None:
         return None
     blocked.add(partition)
-    return pending_reason(s, job)
+    return pending_reason(s, job, parts)
 
 
-def start_estimate(s: ClusterState, job: dict[str, Any], now: float) -> float:
+def start_estimate(s: ClusterState, job: dict[str, Any], now: float, parts: Any = None) -> float:
     """--test-only's answer: now when the job fits now; else the earliest end of a running job by its time
     limit (the first moment something frees up); 0 when unknown (no running job has a limit)."""
-    if choose_nodes(s, job, free_resources(s)) is not None:
+    if choose_nodes(s, job, free_resources(s, parts=parts)) is not None:
         return now
     ends = [
         j["start_time"] + j["spec"]["time_limit_secs"]
@@ -571,12 +589,12 @@ def start_estimate(s: ClusterState, job: dict[str, Any], now: float) -> float:
     return max(now, min(ends)) if ends else 0.0
 
 
-def test_only(s: ClusterState, spec: dict[str, Any], now: float) -> tuple[float, list[str]]:
+def test_only(s: ClusterState, spec: dict[str, Any], now: float, parts: Any = None) -> tuple[float, list[str]]:
     """sbatch --test-only: (when the job would start, the nodes it would get now or []); nothing is written.
     A --begin later than the estimate is the estimate."""
     job = {"job_id": 0, "spec": spec}
-    nodes = choose_nodes(s, job, free_resources(s)) or []
-    estimate = start_estimate(s, job, now)
+    nodes = choose_nodes(s, job, free_resources(s, parts=parts)) or []
+    estimate = start_estimate(s, job, now, parts)
     begin = float(spec.get("begin_time") or 0.0)
     if estimate and begin > estimate:
         estimate, nodes = begin, []

@@ -20,28 +20,38 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 from typing import Any
 
-from spur_hpc.controller import eligibility, placement
-from spur_hpc.model import PENDING, RUNNING, parse_array_ranges
+from spur_hpc.controller import eligibility, partitions, placement
+from spur_hpc.model import PENDING, RUNNING, TOP_PRIORITY, parse_array_ranges
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from spur_hpc.controller.state import ClusterState
 
 
-def pending_in_order(s: ClusterState) -> list[int]:
-    """Pending jobs in the order the scheduler considers them: by --nice (lower first), then submission."""
+def pending_in_order(s: ClusterState, parts: Any = None) -> list[int]:
+    """Pending jobs in the order the scheduler considers them: the jobs of a higher partition PriorityTier first,
+    then by priority (submission order, lowered by --nice; see order_key)."""
     return sorted(
         (j for j, job in s.jobs.items() if job["state"] == PENDING),
-        key=lambda j: (s.jobs[j]["spec"].get("nice") or 0, j),
+        key=lambda j: (-_tier(parts, placement.job_partition(s.jobs[j]["spec"])), *order_key(s.jobs[j])),
     )
 
 
+def _tier(parts: Any, partition: str) -> int:
+    return parts.tier(partition) if parts is not None else 1
+
+
 def order_key(job: dict[str, Any]) -> tuple[int, int]:
-    return (job["spec"].get("nice") or 0, job["job_id"])
+    """The higher priority first (state.py gives each job Slurm's priority/basic one: submission order, lowered by
+    --nice), then the lower job id. A record written before priorities existed ranks as the first ones did."""
+    priority = job.get("priority")
+    if priority is None:
+        priority = TOP_PRIORITY - int(job["spec"].get("nice") or 0)
+    return (-int(priority), job["job_id"])
 
 
 # Records that change no job (every other op without a job_id makes the index look at every job again).
-_NO_JOB_OPS = frozenset({"member_announce", "set_wal_level", "step_create", "step_end"})
+_NO_JOB_OPS = frozenset({"member_announce", "set_wal_level", "step_create", "step_end", "node_dispatch_hold"})
 # Past this many changed jobs since the last plan, one pass over every job is cheaper.
 _REBUILD_AFTER = 20_000
 
@@ -136,14 +146,15 @@ class JobIndex:
         if spec.get("deadline") or (spec.get("kill_on_invalid_dep") and spec.get("dependency")):
             self.with_deadline.add(job_id)
 
-    def pending_in_order(self) -> Iterator[tuple[str, int]]:
-        """(partition, job id) in the plan's order; send(partition) blocks a partition: its jobs are skipped
-        from then on without being looked at."""
-        heap = [(queue[0], name, 0) for name, queue in self.queues.items() if queue]
+    def pending_in_order(self, parts: Any = None) -> Iterator[tuple[str, int]]:
+        """(partition, job id) in the plan's order (a higher partition PriorityTier first, then the order key);
+        send(partition) blocks a partition: its jobs are skipped from then on without being looked at."""
+        tiers = {name: -_tier(parts, name) for name in self.queues}
+        heap = [(tiers[name], queue[0], name, 0) for name, queue in self.queues.items() if queue]
         heapq.heapify(heap)
         blocked: set[str] = set()
         while heap:
-            key, name, at = heapq.heappop(heap)
+            tier, key, name, at = heapq.heappop(heap)
             if name in blocked:
                 continue
             blocked_now = yield name, key[1]
@@ -152,37 +163,47 @@ class JobIndex:
                 yield None  # the value of send()
             queue = self.queues[name]
             if name not in blocked and at + 1 < len(queue):
-                heapq.heappush(heap, (queue[at + 1], name, at + 1))
+                heapq.heappush(heap, (tier, queue[at + 1], name, at + 1))
 
 
-def plan_starts(s: ClusterState, now: float = 0.0, index: JobIndex | None = None) -> list[tuple[int, list[str]]]:
+def plan_starts(
+    s: ClusterState, now: float = 0.0, index: JobIndex | None = None, parts: Any = None
+) -> list[tuple[int, list[str]]]:
     """FIFO with resource fit, per partition: the oldest eligible job of a partition that does not fit
     blocks the younger ones behind it (no backfill), so a large job is not starved. A job that may not
-    start yet (held, waiting on a dependency) blocks nothing. An array's own record stands for its pending
-    tasks: it appears once per task that starts now (the leader splits each off), up to its %N throttle."""
-    free = placement.free_resources(s)
+    start yet (held, waiting on a dependency, over its partition's limits) blocks nothing; a partition that is
+    DOWN or INACTIVE blocks all of its jobs. An array's own record stands for its pending tasks: it appears once
+    per task that starts now (the leader splits each off), up to its %N throttle. `parts` is the leader's
+    PartitionTable (controller/partitions.py): which nodes serve which partition, the limits, the tiers."""
+    free = placement.free_resources(s, now, parts)  # without the nodes whose agents hold dispatch for a restart
     blocked: set[str] = set()
     plans: list[tuple[int, list[str]]] = []
     memo: dict = {}
     if index is not None:
-        order = index.sync(s).pending_in_order()
+        order = index.sync(s).pending_in_order(parts)
         for partition, job_id in order:
-            if _plan_job(s, s.jobs[job_id], now, memo, free, plans):
+            if _plan_job(s, s.jobs[job_id], now, memo, free, plans, parts):
                 order.send(partition)
         return plans
-    for job_id in pending_in_order(s):
+    for job_id in pending_in_order(s, parts):
         job = s.jobs[job_id]
         partition = placement.job_partition(job["spec"])
-        if partition not in blocked and _plan_job(s, job, now, memo, free, plans):
+        if partition not in blocked and _plan_job(s, job, now, memo, free, plans, parts):
             blocked.add(partition)
     return plans
 
 
-def _plan_job(s: ClusterState, job: dict[str, Any], now: float, memo: dict, free: dict, plans: list) -> bool:
+def _plan_job(
+    s: ClusterState, job: dict[str, Any], now: float, memo: dict, free: dict, plans: list, parts: Any = None
+) -> bool:
     """Plan what of one pending job starts now; True when it does not fit (it blocks its partition)."""
     job_id = job["job_id"]
     if eligibility.waiting_reason(s, job, now, memo) is not None:
         return False
+    if parts is not None:
+        reason = partitions.waiting_reason(parts, s, job["spec"], memo)
+        if reason is not None:
+            return reason in partitions.PARTITION_WIDE
     starts = 1
     if job.get("array_pending"):
         starts = len(parse_array_ranges(job["array_pending"], "array_pending"))

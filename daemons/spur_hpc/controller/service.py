@@ -7,13 +7,14 @@ heartbeat timeouts) live in leader.py and use the same write path.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from spur_hpc import joblimits, model
 from spur_hpc.conf import Config
-from spur_hpc.controller import eligibility, errors, placement, wal
+from spur_hpc.controller import eligibility, errors, partitions, placement, scheduler, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.model import (
@@ -52,6 +53,13 @@ LEVEL3_OPTIONS = (
 )
 
 
+
+def shown_state(job: dict[str, Any]) -> str:
+    """The state clients see: a running job stopped by scontrol suspend (this run of it) is SUSPENDED."""
+    if job["state"] == RUNNING and job.get("suspended") and job.get("suspended") == job.get("attempt"):
+        return model.SUSPENDED
+    return job["state"]
+
 class ControllerService:
     def __init__(
         self,
@@ -67,6 +75,10 @@ class ControllerService:
         self.timeout = conf.controller.write_timeout_secs
         # Slurm's JobRequeue, resolved into each job at submit (a stand-in config of a test may lack the key)
         self.requeue_default = getattr(conf.controller, "job_requeue", True)
+        # [partitions.NAME] tables (or the agents' partitions): the leader decides with them (controller/partitions.py)
+        self.partitions = partitions.PartitionTable.from_conf(conf)
+        scheduler_conf = getattr(conf, "scheduler", None)
+        self.enforce_part_limits = getattr(scheduler_conf, "enforce_part_limits", "NO")
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
         # Whether a node's agent still heartbeats (the leader's liveness); unset: every registered node is live.
         self.node_alive: Callable[[str], bool] | None = None
@@ -137,7 +149,9 @@ class ControllerService:
         running: list[tuple[int, int]],
         gres: dict[str, int] | None = None,
         features: list[str] | None = None,
+        host: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """host: what the agent reports of its host and its start (grpc_api.NODE_HOST_FIELDS), kept as sent."""
         self.require_leader()
         self._node_name(name)
         problem = placement.node_offer_problem(gres or {}, features or [])
@@ -166,6 +180,7 @@ class ControllerService:
             time=now,
             gres=dict(gres or {}),
             features=list(features or []),
+            host=dict(host or {}),
         )
         if self.on_heartbeat:
             self.on_heartbeat(name, running)  # after the write too: the held/missing bookkeeping needs the node
@@ -201,8 +216,32 @@ class ControllerService:
         self._check_text("reason", reason, one_line=True)
         return self.write("node_down", name=self._node_name(name), reason=reason, set_by=set_by, time=self.clock())
 
+    def hold_dispatch(self, name: str, hold_secs: float) -> dict[str, Any]:
+        """HoldDispatch: the node's agent is about to restart, so no new job or step goes to it until it registers
+        again or the hold ends: hold_secs (0 = the longest), at most heartbeat_timeout_secs, after which a silent
+        agent is judged lost anyway. The node's state and drain are left alone. -> the node."""
+        self.require_leader()
+        name = self._node_name(name)
+        longest = float(self.conf.controller.heartbeat_timeout_secs)
+        if not math.isfinite(hold_secs) or hold_secs < 0:
+            raise errors.InvalidArgument(
+                f"hold_secs {hold_secs} is not valid; give 0 (the longest, [controller] heartbeat_timeout_secs = "
+                f"{longest:g}) or a positive number of seconds"
+            )
+        needed = wal.OP_LEVELS["node_dispatch_hold"]
+        level = self.read(lambda s: s.wal_level)
+        if level < needed:
+            raise errors.Conflict(
+                f"holding dispatch to a restarting agent needs WAL level {needed}, the cluster runs level {level}; "
+                f"restart agents in place one at a time until every controller runs this release and the level is "
+                f"raised (spur cluster wal-level {needed}, the rolling upgrade's last step)"
+            )
+        now = self.clock()
+        self.write("node_dispatch_hold", name=name, until=now + min(hold_secs or longest, longest), time=now)
+        return self.get_node(name)
+
     def get_node(self, name: str) -> dict[str, Any]:
-        node = self.read(lambda s: _copy_node(s, name))
+        node = self.read(lambda s: _copy_node(s, name, self.partitions))
         if node is None:
             raise errors.NotFound(f"node {name!r} does not exist")
         return node
@@ -210,7 +249,7 @@ class ControllerService:
     def list_nodes(self, names: list[str] | None = None) -> list[dict[str, Any]]:
         def collect(s: ClusterState) -> list[dict[str, Any]]:
             wanted = names or sorted(s.nodes)
-            return [n for n in (_copy_node(s, name) for name in wanted) if n is not None]
+            return [n for n in (_copy_node(s, name, self.partitions) for name in wanted) if n is not None]
 
         return self.read(collect)
 
@@ -227,7 +266,7 @@ class ControllerService:
         if char:  # a newline in a reason would forge a row of sinfo -R
             raise errors.InvalidArgument(f"{what} contains a control character ({char}); use plain text")
 
-    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def validate_spec(self, spec: dict[str, Any], submitting: bool = True) -> dict[str, Any]:
         if not spec.get("script", "").strip():
             raise errors.InvalidArgument("the job has no script; pass a batch script or --wrap 'command'")
         if len(spec["script"].encode()) > joblimits.MAX_SCRIPT_BYTES:
@@ -271,14 +310,65 @@ class ControllerService:
         for k, v in env.items():
             if not k or "=" in k or "\x00" in k or "\x00" in v:
                 raise errors.InvalidArgument(f"environment variable {k!r} is not valid")
-        spec.setdefault("partition", "default")
-        if not spec["partition"]:
-            spec["partition"] = "default"
+        self._resolve_partition(spec, submitting)
         if not spec.get("cluster_name"):  # SLURM_CLUSTER_NAME in the job's environment
             spec["cluster_name"] = self.read(lambda s: s.cluster_name)
         self._check_fit(spec)
         self._check_queue_options(spec)
         return spec
+
+    def _resolve_partition(self, spec: dict[str, Any], submitting: bool) -> None:
+        """The job's partition as Slurm resolves it: -p names one that exists; without -p the default one, written
+        into the spec (squeue and sacct show it). At submit a job without -t gets the partition's DefaultTime, else
+        its MaxTime; a DRAIN or INACTIVE partition takes no new job; [scheduler] enforce_part_limits ANY or ALL
+        refuses a job over the partition's limits, where NO queues it (partitions.limits_reason: why it waits)."""
+        name = spec.get("partition") or ""
+        if "," in name:
+            raise errors.InvalidArgument(
+                f"--partition={name}: a list of partitions is not supported; name one partition (sinfo lists them)"
+            )
+        listing = self.read(lambda s: {p.name: p for p in self.partitions.listing(s.nodes)})
+        if not name:
+            part = next((p for p in listing.values() if p.is_default), None)
+            if part is None:
+                raise errors.SlurmRefusal(
+                    "no -p given and no partition is the default; pass -p NAME (sinfo lists them) or set "
+                    "default = true on one [partitions.NAME] table",
+                    partitions.SLURM_NO_DEFAULT,
+                )
+            spec["partition"] = part.name
+        else:
+            part = listing.get(name)
+            if part is None:  # Slurm's own words, to the byte (the capture 174-sbatch-invalid-partition)
+                raise errors.SlurmRefusal(f"invalid partition specified: {name}", partitions.SLURM_INVALID_PARTITION)
+        if not submitting:
+            return
+        if part.state in (partitions.DRAIN, partitions.INACTIVE):
+            raise errors.SlurmRefusal(
+                f"partition {part.name} is {part.state}: it takes no new jobs; choose another partition with -p",
+                partitions.SLURM_NOT_AVAILABLE,
+            )
+        if not spec.get("time_limit_secs"):
+            spec["time_limit_secs"] = part.job_time_limit
+        reason = partitions.limits_reason(part, spec) if self.enforce_part_limits != "NO" else None
+        if reason == model.REASON_PARTITION_NODE_LIMIT:
+            most = f", at most {part.max_nodes}" if part.max_nodes else ""
+            raise errors.SlurmRefusal(
+                f"the job asks for {placement.node_count(spec)} nodes; partition {part.name} has {len(part.nodes)}"
+                f"{most}, at least {part.min_nodes or 1} (enforce_part_limits = {self.enforce_part_limits})",
+                partitions.SLURM_NODE_COUNT,
+            )
+        if reason == model.REASON_PARTITION_TIME_LIMIT:
+            raise errors.SlurmRefusal(
+                f"the job's time limit is over partition {part.name}'s MaxTime of {part.max_time_secs // 60} minutes "
+                f"(enforce_part_limits = {self.enforce_part_limits}); ask for less with -t",
+                partitions.SLURM_TIME_LIMIT,
+            )
+
+    def list_partitions(self, names: list[str] | None = None) -> list[partitions.Partition]:
+        """ListPartitions: every partition (or those named, in the order they are configured)."""
+        listing = self.read(lambda s: self.partitions.listing(s.nodes))
+        return [p for p in listing if not names or p.name in names]
 
     def _check_queue_options(self, spec: dict[str, Any], job_id: int = 0) -> None:
         """Arrays, dependencies, holds, times, nice and requeue of a job to be (or already) submitted."""
@@ -336,7 +426,7 @@ class ControllerService:
         option = placement.uses_level3(spec)
         if option and self.read(lambda s: s.wal_level) < 3:
             raise errors.Conflict(f"{option} needs WAL level 3; finish the upgrade (spur cluster wal-level 3)")
-        problem = self.read(lambda s: placement.never_fits(s, spec))
+        problem = self.read(lambda s: placement.never_fits(s, spec, self.partitions))
         if problem:
             raise errors.InvalidArgument(problem)
 
@@ -360,8 +450,9 @@ class ControllerService:
         if job["state"] != PENDING:
             return job
         reason = eligibility.waiting_reason(s, job, now, memo)
-        if reason is None and job["reason"] == NO_REASON:  # may start: is there room (placement.py)?
-            reason = placement.queue_reason(s, job, memo)
+        if reason is None and job["reason"] == NO_REASON:  # may its partition run it, is there room (placement.py)?
+            reason = partitions.waiting_reason(self.partitions, s, job["spec"], memo)
+            reason = reason or placement.queue_reason(s, job, memo, self.partitions)
         reason = reason or job["reason"]
         return job if reason == job["reason"] else {**job, "reason": reason}
 
@@ -398,22 +489,33 @@ class ControllerService:
                 source = [s.jobs[i] for i in s.user_job_ids(users)]
             else:
                 source = s.jobs.values()
-            out = []
+            chosen = []
             for j in source:
                 if not include_finished and not ids and j["state"] in FINISHED_STATES and j["state"] not in states:
                     continue
                 if users and j["spec"].get("user") not in users:
                     continue
-                if states and j["state"] not in states:
+                if states and shown_state(j) not in states:
                     continue
                 if partitions and j["spec"].get("partition") not in partitions:
                     continue
                 if names and j["spec"].get("name") not in names:
                     continue
-                out.append(view(self.shown_reason(s, j, now, memo)))
-            return out
+                chosen.append(j)
+            # Reasons in the planner's order: the first job of a partition that does not fit says why, those of
+            # lower priority behind it say Priority (placement.queue_reason).
+            pending = sorted((j for j in chosen if j["state"] == PENDING), key=scheduler.order_key)
+            shown = {j["job_id"]: self.shown_reason(s, j, now, memo) for j in pending}
+            return [view(shown.get(j["job_id"], j)) for j in chosen]
 
         return self.read(collect)
+
+    def suspend(self, job_id: int, resume: bool) -> dict[str, Any]:
+        """scontrol suspend / resume (WAL level 4): the record changes; the leader then stops or continues the
+        job's processes ({"nodes", "attempt"} of the answer)."""
+        _check_job_id(job_id)
+        self.require_leader()  # the leader signals the job's nodes right after the write
+        return self.write("job_resume" if resume else "job_suspend", job_id=job_id, time=self.clock())
 
     def cancel(self, job_id: int, signal: int, by: str, array_tasks: str = "") -> dict[str, Any]:
         """Cancel (signal 0) or signal a job; an array's id means all its records, array_tasks some tasks."""
@@ -439,7 +541,18 @@ class ControllerService:
                 "attempt": job["attempt"],
                 "signal": signal,
             }
-        return self.write("job_cancel", job_id=job_id, by=by, time=self.clock())
+        now = self.clock()
+        return self.write("job_cancel", job_id=job_id, by=by, time=now, reason=self._reason_now(job_id, now))
+
+    def _reason_now(self, job_id: int, now: float) -> str:
+        """The reason squeue shows for a job at `now` (a pending job's is worked out, never stored): a job cancelled
+        while it waits keeps it, as Slurm's does (JobHeldUser, Dependency, Priority...)."""
+
+        def reason(s: ClusterState) -> str:
+            job = s.jobs.get(job_id)
+            return self.shown_reason(s, job, now, {})["reason"] if job is not None else NO_REASON
+
+        return self.read(reason)
 
     def complete(
         self,
@@ -504,7 +617,9 @@ class ControllerService:
 
             targets = self.read(running)
             return {"already_finished": not targets, "state": RUNNING, "signal": targets}
-        result = self.write("job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, time=self.clock())
+        now = self.clock()
+        reason = self._reason_now(array_id, now)  # what the array's waiting tasks show, kept when they are cancelled
+        result = self.write("job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, time=now, reason=reason)
         return {**result, "already_finished": not result["cancelled"] and not result["signal"]}
 
     def requeue(self, job_id: int, hold: bool) -> list[list[Any]]:
@@ -555,7 +670,7 @@ class ControllerService:
         for f in fields:
             spec[f] = values.get(f)
         if job["state"] == PENDING:
-            spec = self.validate_spec(spec)
+            spec = self.validate_spec(spec, submitting=False)
             self._check_queue_options(spec, job_id)
         elif not 0 <= new_limit <= MAX_TIME_LIMIT_SECS:
             raise errors.InvalidArgument(f"time limit {new_limit} s is out of range; use 0 for no limit")
@@ -596,7 +711,7 @@ def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
+def _copy_node(s: ClusterState, name: str, parts: partitions.PartitionTable | None = None) -> dict[str, Any] | None:
     node = s.nodes.get(name)
     if node is None:
         return None
@@ -606,4 +721,5 @@ def _copy_node(s: ClusterState, name: str) -> dict[str, Any] | None:
     out["features"] = list(node.get("features") or [])
     out["state"] = s.node_state(node)
     out["reason"], out["reason_set_by"], out["reason_time"] = s.node_reason(node)
+    out["partitions"] = list(parts.node_partitions(node)) if parts else [node["partition"]]  # every one, in order
     return out
