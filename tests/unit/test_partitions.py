@@ -326,3 +326,17 @@ def test_list_partitions_and_a_nodes_partitions():
     ]
     assert [p.name for p in svc.list_partitions(["long"])] == ["long"]
     assert svc.get_node("n2")["partitions"] == ["debug", "both"]
+
+
+def test_sbatch_prints_the_controllers_line_then_slurms_error_text(capsys):
+    from spur_hpc.cli.runner import submit_failure
+    from spur_hpc.wire.grpcwire import RpcError
+
+    refused = RpcError("INVALID_ARGUMENT", "invalid partition specified: x", [(model.SLURM_ERROR_METADATA_KEY, "Oops")])
+    assert str(submit_failure("sbatch", "Batch job submission failed", refused)) == "Batch job submission failed: Oops"
+    assert capsys.readouterr().err == "sbatch: error: invalid partition specified: x\n"
+    same = RpcError("INVALID_ARGUMENT", "Oops", [(model.SLURM_ERROR_METADATA_KEY, "Oops")])
+    assert str(submit_failure("salloc", "Job submit/allocate failed", same)) == "Job submit/allocate failed: Oops"
+    plain = RpcError("INVALID_ARGUMENT", "the job has no script")
+    assert str(submit_failure("sbatch", "Batch job submission failed", plain)).endswith(": the job has no script")
+    assert capsys.readouterr().err == ""

@@ -10,6 +10,7 @@ from spur_hpc.model import InvalidValue
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 
 class CliError(Exception):
@@ -30,6 +31,20 @@ def printable(text: str) -> str:
 
 def error_line(program: str, message: str) -> None:
     print(f"{program}: error: {printable(message)}", file=sys.stderr)
+
+
+def submit_failure(program: str, what: str, exc: Any) -> CliError:
+    """A refused submission (exc: wire.grpcwire.RpcError) as Slurm prints it: when the controller sent Slurm's error
+    text (trailing model.SLURM_ERROR_METADATA_KEY), its own line first, then `what: ` and that text; else `what: `
+    and the controller's line."""
+    from spur_hpc.model import SLURM_ERROR_METADATA_KEY
+
+    slurm_error = dict(exc.trailing).get(SLURM_ERROR_METADATA_KEY)
+    if not slurm_error:
+        return CliError(f"{what}: {exc.details}")
+    if exc.details != slurm_error:
+        error_line(program, exc.details)
+    return CliError(f"{what}: {slurm_error}")
 
 
 def check_arguments(args: list[str]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli.runner import CliError, submit_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def allocate(client, parsed, command: list[str], environ: dict[str, str], progra
     try:
         reply = client.call("SubmitJob", {"spec": spec, "idempotency_key": str(uuid.uuid4())}, write=True)
     except RpcError as exc:
-        raise CliError(f"Job submit/allocate failed: {exc.details}") from None
+        raise submit_failure(program, "Job submit/allocate failed", exc) from None
     job_id = int(reply.job_id)
     said_waiting = False
     started = time.monotonic()

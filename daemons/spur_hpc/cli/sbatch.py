@@ -13,8 +13,7 @@ import sys
 from spur_hpc import joblimits
 from spur_hpc.cli import commandline, jobopts, units
 from spur_hpc.cli.options import usage_error
-from spur_hpc.cli.runner import CliError, error_line
-from spur_hpc.model import SLURM_ERROR_METADATA_KEY
+from spur_hpc.cli.runner import CliError, submit_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -246,12 +245,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         reply = client.call("SubmitJob", request, write=True)
     except RpcError as exc:
         what = "Job submission test failed" if test_only else "Batch job submission failed"
-        slurm_error = dict(exc.trailing).get(SLURM_ERROR_METADATA_KEY)
-        if slurm_error:  # Slurm's two lines: what is wrong, then its error text
-            if exc.details != slurm_error:
-                error_line(program, exc.details)
-            raise CliError(f"{what}: {slurm_error}") from None
-        raise CliError(f"{what}: {exc.details}") from None
+        raise submit_failure(program, what, exc) from None
     if test_only:
         print(test_only_line(program, reply, spec), file=sys.stderr)
     elif options.get("parsable"):
