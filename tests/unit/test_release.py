@@ -205,6 +205,37 @@ def test_switch_rollback_and_status(tmp_path: Path) -> None:
     assert not [p for p in prefix.iterdir() if ".tmp-" in p.name]
 
 
+def test_switch_to_a_staged_release_moves_only_the_links(tmp_path: Path) -> None:
+    prefix, bin_dir = tmp_path / "prefix", tmp_path / "bin"
+    for release_id in ("0.1.0-a", "0.2.0-b"):
+        fake_installed(prefix, release_id)
+    quiet = lambda _m: None  # noqa: E731
+    with pytest.raises(ReleaseError, match="0.3.0-c is not staged"):
+        install.switch_release(prefix, "0.3.0-c", bin_dir, log=quiet)
+    assert install.switch_release(prefix, "0.1.0-a", bin_dir, log=quiet).changed
+    done = install.switch_release(prefix, "0.2.0-b", bin_dir, log=quiet)
+    assert done.changed and done.previous == "0.1.0-a"
+    assert (install.link_target(prefix / "current"), install.link_target(prefix / "previous")) == ("0.2.0-b", "0.1.0-a")
+    assert os.readlink(bin_dir / "spurd") == str(prefix / "current" / "bin" / "spurd")
+    assert not install.switch_release(prefix, "0.2.0-b", bin_dir, log=quiet).changed
+    assert sorted(p.name for p in (prefix / "releases").iterdir()) == ["0.1.0-a", "0.2.0-b"]  # nothing pruned
+
+
+def test_a_staged_release_is_checked_command_by_command(tmp_path: Path) -> None:
+    prefix = tmp_path / "prefix"
+    fake_installed(prefix, "0.2.0-b")
+    target = prefix / "releases" / "0.2.0-b"
+    info = install.installed_info(prefix, "0.2.0-b")
+    for command in info.commands:
+        script = target / "bin" / command
+        script.write_text(f"#!/bin/sh\necho '{command} 0.2.0 (build b)'\n")
+        script.chmod(0o755)
+    install.check_commands(target, info)
+    (target / "bin" / "spurstepd").write_text("#!/bin/sh\necho 'usage: spurstepd --session S' >&2; exit 2\n")
+    with pytest.raises(ReleaseError, match=r"do not report 0.2.0 \(build b\) with --version: spurstepd \(usage"):
+        install.check_commands(target, info)
+
+
 def test_rollback_without_a_previous_release_is_refused(tmp_path: Path) -> None:
     prefix = tmp_path / "prefix"
     fake_installed(prefix, "0.1.0-a")

@@ -257,6 +257,9 @@ def stage_release(
     _check_python(python, info)
     target = releases_dir(prefix) / info.release_id
     with prefix_lock(prefix, log=log):
+        # What the switch would prune, pruned now (never current, previous, this one or a release in use), so
+        # that the switch in the daemon's turn only moves links.
+        _prune(prefix, log, keep=info.release_id)
         fresh = installed_info(prefix, info.release_id) is None
         if fresh:
             if target.exists():
@@ -271,6 +274,42 @@ def stage_release(
     check_commands(target, info)
     message = f"staged {info.release_id} in {target}" if fresh else f"release {info.release_id} is already staged"
     return InstallResult(info.release_id, fresh, link_target(prefix / "current"), message)
+
+
+def switch_release(
+    prefix: Path, release_id: str, bin_dir: Path | None = None, log: Callable[[str], None] = print
+) -> InstallResult:
+    """Make a staged (complete) release current: only the links move, nothing is built, verified or pruned.
+
+    The release was verified and checked when it was staged (stage_release); its marker says it is complete.
+    """
+    prefix = Path(prefix).absolute()
+    bin_dir = Path(bin_dir).absolute() if bin_dir else prefix / "bin"
+    info = installed_info(prefix, release_id)
+    if info is None:
+        raise ReleaseError(f"{release_id} is not staged in {prefix}: stage it first (spur-release install, or stage)")
+    _check_links(bin_dir, prefix, info.commands)
+    with prefix_lock(prefix, log=log):
+        current = link_target(prefix / "current")
+        if current == release_id:
+            _link_commands(bin_dir, prefix, info.commands)
+            return InstallResult(release_id, False, current, f"release {release_id} is already current; nothing to do")
+        switch_link(prefix / "current", release_id)
+        try:
+            _link_commands(bin_dir, prefix, info.commands)
+        except OSError as exc:
+            _undo_switch(prefix, current, None)
+            raise ReleaseError(
+                f"linking commands into {bin_dir} failed ({exc.strerror}); switched back to {current or 'nothing'}"
+            ) from None
+        if current:
+            switch_link(prefix / "previous", current)
+    return InstallResult(
+        release_id,
+        True,
+        current,
+        f"switched {prefix}/current to {release_id}" + (f" (previous: {current})" if current else ""),
+    )
 
 
 def check_commands(target: Path, info: ReleaseInfo) -> None:
@@ -315,9 +354,11 @@ def _base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def _prune(prefix: Path, log: Callable[[str], None]) -> None:
-    """Remove releases other than current and previous, except those a running process still uses."""
-    protected = {link_target(prefix / "current"), link_target(prefix / "previous")}
+def _prune(prefix: Path, log: Callable[[str], None], keep: str | None = None) -> None:
+    """Remove releases other than current, previous (and keep), except those a running process still uses."""
+    protected = {link_target(prefix / "current"), link_target(prefix / "previous"), keep}
+    if not releases_dir(prefix).is_dir():
+        return
     in_use = processes.releases_in_use(prefix)
     for entry in sorted(releases_dir(prefix).iterdir()):
         if entry.name in protected or not entry.is_dir():
