@@ -340,3 +340,14 @@ def test_sbatch_prints_the_controllers_line_then_slurms_error_text(capsys):
     plain = RpcError("INVALID_ARGUMENT", "the job has no script")
     assert str(submit_failure("sbatch", "Batch job submission failed", plain)).endswith(": the job has no script")
     assert capsys.readouterr().err == ""
+
+
+def test_the_listing_follows_nodes_that_come_or_declare_another_partition():
+    parts = PartitionTable()
+    s = state("n1")
+    assert [p.name for p in parts.listing(s.nodes)] == ["default"]
+    register(s, "n2")
+    s.nodes["n2"]["partition"] = "gpu"
+    assert [(p.name, p.nodes) for p in parts.listing(s.nodes)] == [("default", ("n1",)), ("gpu", ("n2",))]
+    s.nodes["n1"]["partition"] = "gpu"
+    assert [(p.name, p.nodes) for p in parts.listing(s.nodes)] == [("gpu", ("n1", "n2")), ("default", ())]
