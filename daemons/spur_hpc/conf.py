@@ -346,8 +346,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "partition": Key(
             str,
             "default",
-            "The partition this node belongs to when no `[partitions.NAME]` table names the node (see "
-            '"Partitions" below); a node that a table names is in the partitions of the tables.',
+            "The partition this node belongs to when no `[partitions.NAME]` table names the node; a node that a "
+            'table names is in the partitions of the tables ([controller.md](controller.md), "Partitions").',
             pattern=_NAME,
             pattern_text="letters, digits, `-` and `_`",
         ),
