@@ -312,3 +312,47 @@ def test_an_update_of_a_pending_job_reaches_its_row(pg_database: Database) -> No
     assert (record["spec"]["name"], record["spec"]["time_limit_secs"]) == ("renamed", 600)
     writer_for(pg_database).reconcile([job(50)])  # a stale leader's older spec does not come back
     assert query(pg_database, job_ids=[50])[0]["spec"]["name"] == "renamed"
+
+
+def test_the_leaders_copy_leaves_jobs_that_may_not_start_out_of_sacct_and_gives_a_job_without_mem_a_node(
+    pg_database: Database,
+) -> None:
+    """As slurmdbd records them: a held job, one waiting on a dependency and an array's throttled rest have no
+    eligible time (plain sacct leaves them out, sacct -j lists them); a job without --mem asks for a node's memory."""
+    from spur_hpc.controller import wal
+    from spur_hpc.controller.accounting_link import _Facts, _job_copy
+    from spur_hpc.controller.scheduler import plan_starts
+    from spur_hpc.controller.state import ClusterState
+
+    def rec(op: str, **kw: object) -> dict:
+        return wal.make_record(op, **kw)
+
+    now = T0 + 5
+    s = ClusterState()
+    s.apply(rec("cluster_init", name="c", cluster_id=CLUSTER, members=["a:1"], wal_level=3))
+    s.apply(rec("node_register", name="n1", address="n1:1", cpus=2, memory_mb=3072, version="1", build="b",
+                partition="default", running=[], time=now))  # fmt: skip
+    base = {"script": "#!/bin/sh\n", "user": "alice", "uid": 1000, "gid": 1000, "work_dir": "/tmp", "nodes": 1,
+            "tasks": 1, "cpus_per_task": 1, "memory_mb": 0, "time_limit_secs": 0, "partition": "default"}  # fmt: skip
+
+    def submit(**spec: object) -> int:
+        return s.apply(rec("job_submit", spec={**base, **spec}, key="", time=now))["job_id"]
+
+    running = submit(name="run")
+    array = submit(name="arr", array="0-3%1")
+    held = submit(name="held", hold=True)
+    dep = submit(name="dep", dependency=f"afterok:{running}")
+    submit(name="wait", memory_mb=512)
+    for job_id, nodes in plan_starts(s, now):
+        job = s.jobs[job_id]
+        op = "job_array_split" if job.get("array_pending") else "job_start"
+        assert s.apply(rec(op, job_id=job_id, nodes=nodes, attempt=job["attempt"] + 1, time=now))["ok"]
+    assert s.jobs[running]["state"] == "RUNNING" and s.jobs[array]["array_pending"] == "1-3"
+    writer = writer_for(pg_database)
+    writer.reconcile([_job_copy(job, s, _Facts(now, {}, None)) for job in s.jobs.values()])
+    listed = {r["spec"]["name"]: r for r in query(pg_database, start=T0)}
+    assert sorted(listed) == ["arr", "run", "wait"]  # the array's running task 0 (under its own id), not its rest
+    assert [r["array_pending"] for r in listed.values() if r["spec"]["name"] == "arr"] == [""]
+    by_id = {r["spec"]["name"] for r in query(pg_database, job_ids=[array, held, dep])}
+    assert by_id == {"arr", "held", "dep"}
+    assert (listed["run"]["spec"]["memory_mb"], listed["wait"]["spec"]["memory_mb"]) == (3072, 512)

@@ -429,3 +429,28 @@ def test_sacct_job_ids_and_users_filters(sacct_db) -> None:
     assert _ids(query_jobs(sacct_db, cluster_id=CLUSTER, users=["bob"], start=_at(0), now=_at(12))) == [6]
     assert _ids(query_jobs(sacct_db, job_ids=[99], now=_at(12))) == [99]
     assert query_jobs(sacct_db, cluster_id=CLUSTER, job_ids=[99], now=_at(12)) == []
+
+
+def test_a_job_that_never_became_eligible_is_in_no_window_but_its_id_finds_it(pg_database: Database) -> None:
+    # slurmdbd has no eligible time for a held job, one waiting on a dependency or an array's throttled rest:
+    # sacct's window leaves them out, and sacct -j still lists them.
+    held = {**job(1), "eligible": False, "submit_time": _at(10)}
+    waiting = {**job(2), "submit_time": _at(10)}
+    older = {**job(3), "submit_time": _at(10)}  # a release before WAL level 3 records no eligible time
+    held_then_cancelled = {**job(4), "eligible": False, "submit_time": _at(10)}
+    writer = writer_for(pg_database)
+    writer.reconcile([held, waiting, older, held_then_cancelled])
+    # Ended without starting: it keeps what was seen while it waited (the copy of an ended job says nothing).
+    writer.reconcile([held, waiting, older, {**job(4, "CANCELLED"), "submit_time": _at(10), "start_time": 0.0}])
+    with pg_database.admin_connect() as conn:
+        window = query_jobs(conn, cluster_id=CLUSTER, start=_at(9), now=_at(12))
+        assert _ids(window) == [2, 3]
+        assert _ids(query_jobs(conn, cluster_id=CLUSTER, states=["PD"], start=_at(11), now=_at(12))) == [2, 3]
+        by_id = query_jobs(conn, cluster_id=CLUSTER, job_ids=[1, 4], now=_at(12))
+        found = [(r["job_id"], r["state"], r["eligible_time"]) for r in by_id]
+        assert found == [(1, "PENDING", 0.0), (4, "CANCELLED", 0.0)]
+    # Released: written again, now eligible.
+    released = {k: v for k, v in held.items() if k != "eligible"}
+    writer.reconcile([{**released, "eligible_time": _at(11)}, waiting, older])
+    with pg_database.admin_connect() as conn:
+        assert _ids(query_jobs(conn, cluster_id=CLUSTER, start=_at(9), now=_at(12))) == [1, 2, 3]

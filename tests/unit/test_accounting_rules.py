@@ -136,6 +136,25 @@ def test_job_row_leaves_unset_times_empty_and_strips_nul_bytes() -> None:
 # ---------------------------------------------------------------------- settings and secrets
 
 
+def test_a_job_the_controller_ended_is_recorded_with_exit_code_0_0_as_slurmdbd_records_it() -> None:
+    def exit_of(state: str) -> tuple:
+        row = job_row("c1", job(state=state, exit_code=0, signal=15, start_time=1.0, end_time=2.0))
+        return row[COLUMNS.index("exit_code")], row[COLUMNS.index("signal")]
+
+    assert (exit_of("CANCELLED"), exit_of("TIMEOUT")) == ((0, 0), (0, 0))
+    assert (exit_of("FAILED"), exit_of("OUT_OF_MEMORY")) == ((0, 15), (0, 15))  # the job's own end is kept
+
+
+def test_a_pending_job_becoming_eligible_is_a_newer_row_and_waits_with_slurmdbds_infinite_until_then() -> None:
+    from spur_hpc.accounting.records import NEVER_ELIGIBLE, detail_version
+
+    held, released = job(eligible=False), job()
+    assert detail_version(released) > detail_version(held)
+    assert job_row("c1", held)[COLUMNS.index("eligible_time")] == NEVER_ELIGIBLE
+    # a record of a release before WAL level 3 has no eligible time: its submission stands in
+    assert job_row("c1", released)[COLUMNS.index("eligible_time")] == datetime.fromtimestamp(1_700_000_000, UTC)
+
+
 def test_a_url_with_a_password_is_refused_without_echoing_it() -> None:
     with pytest.raises(conf.ConfigError) as info:
         check_url(f"postgresql://spur:{SECRET}@db/spur")

@@ -35,17 +35,47 @@ def test_scancel_running_job_exits_0_and_cancels_it(cluster, capsys) -> None:
     assert cluster.state.jobs[5].state == pb.CANCELLED
 
 
-def test_scancel_unknown_job_exits_1_with_slurms_message(cluster, capsys) -> None:
-    code, out, err = run(slurm.scancel_main, ["99"], capsys)
-    assert code == 1 and out == ""
-    assert err == "scancel: error: Kill job error on job id 99: Invalid job id specified\n"
+def test_scancel_unknown_job_exits_0_silently_as_slurm_22_05(cluster, capsys) -> None:
+    assert run(slurm.scancel_main, ["99"], capsys) == (0, "", "")
+    assert run(slurm.scancel_main, ["-Q", "99"], capsys) == (0, "", "")
 
 
-def test_scancel_finished_job_exits_0(cluster, capsys) -> None:
+def test_scancel_finished_job_is_silent_but_a_signal_to_it_exits_1(cluster, capsys) -> None:
     cluster.add_job(7, state=pb.COMPLETED)
-    code, _out, err = run(slurm.scancel_main, ["7"], capsys)
-    assert code == 0
-    assert "already finished (COMPLETED)" in err
+    assert run(slurm.scancel_main, ["7"], capsys) == (0, "", "")
+    assert run(slurm.scancel_main, ["--signal=USR1", "7"], capsys) == (
+        1, "", "scancel: error: Kill job error on job id 7: Invalid job id specified\n"
+    )
+    assert run(slurm.scancel_main, ["-Q", "--signal=USR1", "7"], capsys) == (1, "", "")
+
+
+def test_scancel_refuses_signal_0_with_slurms_line_before_any_call(cluster, capsys) -> None:
+    cluster.add_job(4, state=pb.RUNNING)
+    assert run(slurm.scancel_main, ["-f", "-s", "0", "4"], capsys) == (1, "", "Unknown job signal: 0\n")
+    assert cluster.state.cancel_signals == [] and cluster.state.jobs[4].state == pb.RUNNING
+
+
+def test_scancel_signal_goes_to_the_steps_and_with_f_or_b_to_the_batch_shell(cluster, capsys) -> None:
+    steps = [pb.Step(step_id="batch", state=pb.RUNNING), pb.Step(step_id="0", state=pb.RUNNING),
+             pb.Step(step_id="1", state=pb.COMPLETED)]  # fmt: skip
+    cluster.add_job(5, state=pb.RUNNING, steps=steps)
+    assert run(slurm.scancel_main, ["-s", "USR1", "5"], capsys) == (0, "", "")
+    assert cluster.state.cancel_steps == [(5, "0")]  # the running srun step only: not the shell, not step 1
+    cluster.add_job(6, state=pb.RUNNING, steps=steps)
+    assert run(slurm.scancel_main, ["-b", "-s", "USR1", "6"], capsys)[0] == 0
+    assert cluster.state.cancel_steps[1:] == [(6, "")]  # the batch supervisor alone
+    cluster.add_job(7, state=pb.RUNNING, steps=steps)
+    assert run(slurm.scancel_main, ["-f", "-s", "USR1", "7"], capsys)[0] == 0
+    assert cluster.state.cancel_steps[2:] == [(7, "0"), (7, "")]
+
+
+def test_scancel_account_and_nodelist_select_among_the_jobs(cluster, capsys) -> None:
+    cluster.add_job(1, state=pb.RUNNING, nodes=["n1"], spec=pb.JobSpec(user="alice", account="phys"))
+    cluster.add_job(2, state=pb.RUNNING, nodes=["n2"], spec=pb.JobSpec(user="alice", account="chem"))
+    cluster.add_job(3, state=pb.RUNNING, nodes=["n3"], spec=pb.JobSpec(user="alice", account="phys"))
+    assert run(slurm.scancel_main, ["-A", "nosuchaccount"], capsys) == (0, "", "")
+    assert run(slurm.scancel_main, ["-A", "phys", "-w", "n[2-3]"], capsys) == (0, "", "")
+    assert [cluster.state.jobs[i].state for i in (1, 2, 3)] == [pb.RUNNING, pb.RUNNING, pb.CANCELLED]
 
 
 def test_scancel_refused_cancel_exits_1_even_when_quiet(cluster, capsys) -> None:
@@ -66,7 +96,7 @@ def test_scancel_by_user_filter_cancels_only_that_users_queued_jobs(cluster, cap
 def test_scancel_signal_is_sent_as_a_number_and_kill_means_cancel(cluster, capsys) -> None:
     cluster.add_job(3, state=pb.RUNNING)
     cluster.add_job(4, state=pb.RUNNING)
-    assert run(slurm.scancel_main, ["-s", "USR1", "3"], capsys)[0] == 0
+    assert run(slurm.scancel_main, ["-b", "-s", "USR1", "3"], capsys)[0] == 0
     assert run(slurm.scancel_main, ["--signal=SIGKILL", "4"], capsys)[0] == 0
     assert cluster.state.cancel_signals == [10, 0]
 
@@ -185,52 +215,65 @@ def test_squeue_hides_finished_jobs_unless_asked(cluster, capsys) -> None:
     cluster.add_job(1, state=pb.RUNNING, nodes=["n1"])
     cluster.add_job(2, state=pb.COMPLETED)
     assert run(slurm.squeue_main, ["-h", "-o", "%i"], capsys)[1] == "1\n"
-    assert run(slurm.squeue_main, ["-h", "-o", "%i", "-j", "2"], capsys)[1] == "2\n"
-    assert run(slurm.squeue_main, ["-h", "-o", "%i", "-t", "all"], capsys)[1] == "1\n2\n"
+    # -j of a finished job without -t shows nothing, as in Slurm (the `while [ -n "$(squeue -h -j N)" ]` loop ends)
+    assert run(slurm.squeue_main, ["-h", "-o", "%i", "-j", "2"], capsys) == (0, "", "")
+    assert run(slurm.squeue_main, ["-h", "-o", "%i", "-j", "2", "-t", "all"], capsys)[1] == "2\n"
+    assert run(slurm.squeue_main, ["-h", "-o", "%i", "-t", "all"], capsys)[1] == "2\n1\n"  # CD sorts before R
     assert run(slurm.squeue_main, ["-h", "-o", "%i", "-t", "CD"], capsys)[1] == "2\n"
 
 
 def test_squeue_unknown_job_id_exits_1(cluster, capsys) -> None:
     code, out, err = run(slurm.squeue_main, ["-j", "404"], capsys)
     assert (code, out) == (1, "")
-    assert err == "squeue: error: Invalid job id specified: 404\n"
+    assert err == "slurm_load_jobs error: Invalid job id specified\n"  # Slurm's words and exit code
+    # several ids: Slurm lists every job and keeps those asked for, so unknown ones are no error
+    assert run(slurm.squeue_main, ["-h", "-j", "404,405"], capsys) == (0, "", "")
 
 
-def test_squeue_json_lists_jobs_with_state_names(cluster, capsys) -> None:
+def test_squeue_names_a_bad_state_in_slurms_two_lines(cluster, capsys) -> None:
+    code, out, err = run(slurm.squeue_main, ["-t", "SLEEPING"], capsys)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "squeue: error: Invalid job state specified: SLEEPING",
+        "squeue: error: Valid job states include: PENDING,RUNNING,SUSPENDED,COMPLETED,CANCELLED,FAILED,TIMEOUT,"
+        "NODE_FAIL,PREEMPTED,BOOT_FAIL,DEADLINE,OUT_OF_MEMORY,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,"
+        "REQUEUED,REQUEUE_FED,REQUEUE_HOLD,REVOKED,SIGNALING,SPECIAL_EXIT,STAGE_OUT,STOPPED",
+        "",
+    ]
+    # a state Slurm knows but no Spur job is ever in is no error: it matches nothing
+    assert run(slurm.squeue_main, ["-h", "-t", "PREEMPTED"], capsys) == (0, "", "")
+
+
+def test_squeue_json_lists_jobs_with_slurms_state_names(cluster, capsys) -> None:
     cluster.add_job(1, state=pb.PENDING)
     code, out, _err = run(slurm.squeue_main, ["--json"], capsys)
     data = json.loads(out)
-    assert code == 0 and data["jobs"][0]["job_id"] == 1 and data["jobs"][0]["state"] == "PENDING"
+    assert code == 0 and data["jobs"][0]["job_id"] == 1 and data["jobs"][0]["job_state"] == "PENDING"
 
 
 def test_scontrol_show_unknown_node_and_job_exit_1(cluster, capsys) -> None:
-    assert run(slurm.scontrol_main, ["show", "node", "nope"], capsys) == (
-        1,
-        "",
-        "scontrol: error: Node nope not found\n",
-    )
-    code, _out, err = run(slurm.scontrol_main, ["show", "job", "77"], capsys)
-    assert code == 1 and err == "scontrol: error: Invalid job id specified: 77\n"
+    # Slurm's texts and streams: an unknown node on stdout, an unknown job id as slurm_load_jobs' error
+    assert run(slurm.scontrol_main, ["show", "node", "nope"], capsys) == (1, "Node nope not found\n", "")
+    assert run(slurm.scontrol_main, ["show", "job", "77"], capsys) == (
+        1, "", "slurm_load_jobs error: Invalid job id specified\n"
+    )  # fmt: skip
 
 
-def test_sacct_default_shows_callers_jobs_from_today(cluster, capsys, monkeypatch) -> None:
-    import time as clock
+def test_sacct_on_a_cluster_without_accounting_says_so_as_slurm_does(cluster, capsys) -> None:
+    cluster.add_job(1, state=pb.COMPLETED, spec=pb.JobSpec(name="mine", user="root"))
+    assert run(slurm.sacct_main, ["-X"], capsys) == (1, "", "Slurm accounting storage is disabled\n")
 
-    now = clock.time()
-    cluster.add_job(
-        1,
-        state=pb.COMPLETED,
-        submit_time=now - 60,
-        start_time=now - 50,
-        end_time=now - 10,
-        spec=pb.JobSpec(name="mine", user="alice"),
-    )
-    cluster.add_job(
-        2, state=pb.COMPLETED, submit_time=now - 60, end_time=now - 10, spec=pb.JobSpec(name="theirs", user="bob")
-    )
+
+def test_sacct_asks_for_the_callers_jobs_unless_root_or_all_users(monkeypatch) -> None:
+    from spur_hpc.cli import options, sacct
+
+    def users(argv: list[str]) -> list[str]:
+        return sacct.build_query(options.parse("sacct", sacct.OPTIONS, argv)[0], 0.0).users
+
     monkeypatch.setattr("spur_hpc.cli.caller.user_name", lambda: "alice")
-    code, out, _err = run(slurm.sacct_main, ["-P", "--format", "JobID,JobName,State"], capsys)
-    assert (code, out) == (0, "JobID|JobName|State\n1|mine|COMPLETED\n")
+    assert (users([]), users(["-a"]), users(["-u", "bob,carol"])) == (["alice"], [], ["bob", "carol"])
+    monkeypatch.setattr("spur_hpc.cli.caller.user_name", lambda: "root")
+    assert users([]) == []
 
 
 # ---------------------------------------------------------------- spur

@@ -127,7 +127,7 @@ def test_submitits_call_with_array_task_ids_lists_those_tasks_and_their_steps() 
         "12_0.batch|COMPLETED|node1",
         "12_[3-5%2]|PENDING|None assigned",
     ]
-    assert sacct(array_jobs(), "JobID", "12_[1-2]", allocations=True) == ["12_1", "12_2"]
+    assert sacct(array_jobs(), "JobID", "12_1,12_2", allocations=True) == ["12_1", "12_2"]
     assert len(sacct(array_jobs(), "JobID", "12", allocations=True)) == 4  # the array's id: every record
     assert sacct(array_jobs(), "JobID", "15", allocations=True) == ["12_2"]  # a task by its own id
 
@@ -140,7 +140,9 @@ def test_a_step_reference_shows_that_step_only() -> None:
 
 def test_delimiter_and_units() -> None:
     big = job(30, memory_mb=4096)
-    assert sacct([big], "JobID,ReqMem", allocations=True, delimiter=",") == ["30,4096M"]
+    assert sacct([big], "JobID,ReqMem", allocations=True, delimiter=",") == ["30,4G"]  # whole units, as Slurm
+    assert sacct([big], "ReqMem", allocations=True, units=acctview.NO_CONVERT) == ["4096M"]
+    assert sacct([job(32, memory_mb=1536)], "ReqMem", allocations=True) == ["1536M"]
     assert sacct([big], "JobID,ReqMem", allocations=True, units="G") == ["30|4G"]
     assert sacct([job(31, memory_mb=1000)], "ReqMem", allocations=True, units="G") == ["0.98G"]
     assert sacct([big], "ReqMem", allocations=True, units="K") == ["4194304K"]
@@ -158,7 +160,7 @@ def test_out_of_memory_and_deadline_states_are_named() -> None:
     [
         ("7", [(7, None, None)]),
         ("12_3", [(12, {3}, None)]),
-        ("12_[1-3,7],14.0", [(12, {1, 2, 3, 7}, None), (14, None, "0")]),
+        ("12_1,12_7,14.0", [(12, {1}, None), (12, {7}, None), (14, None, "0")]),
         ("12_3.batch", [(12, {3}, "batch")]),
     ],
 )
@@ -171,6 +173,13 @@ def test_job_references_are_read_as_slurm_writes_them(text: str, expected: list)
 def test_a_bad_job_reference_is_refused_with_the_forms_to_use(text: str) -> None:
     with pytest.raises(CliError):
         jobhistory.parse_job_references([text])
+
+
+@pytest.mark.parametrize("text", ["12_[1-3]", "12_[1,3]", "12_1-3"])
+def test_a_task_range_is_refused_as_slurm_22_05_refuses_it(text: str) -> None:
+    with pytest.raises(jobhistory.BadArrayElement) as refused:
+        jobhistory.parse_job_references([text])
+    assert refused.value.job_id == 12
 
 
 def test_sacct_reads_the_short_codes_of_out_of_memory_and_deadline_and_its_workflow_tools_options() -> None:

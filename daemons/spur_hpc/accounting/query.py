@@ -3,7 +3,9 @@
 Time window (-S start, -E end), as slurmdbd computes it (the window is [S, E)):
 
 - without -s: S defaults to midnight today, or to the epoch when job ids are given; E defaults to now.
-  A job is selected when it was eligible (submitted) before E and had not ended before S.
+  A job is selected when it was eligible before E and had not ended before S. A job that never became
+  eligible (held, waiting on a dependency, its --begin or its array's throttle: eligible_time 'infinity', as
+  slurmdbd's INFINITE) is in no window; job ids given without -S select such jobs too.
 - with -s: S defaults to now (the epoch when job ids are given) and E to S, so `sacct -s R` means "running
   now". A state matches when the job was in it during the window: PENDING when it was waiting at some
   point of the window, RUNNING when it ran during it, a finished state when the job ended in the window
@@ -36,8 +38,11 @@ _RESULT_COLUMNS = (
     'cluster_id, job_id, attempt, name, "user", uid, gid, account, partition, state, reason, exit_code, signal, '
     "submit_time, start_time, end_time, nodes, cpus, req_nodes, tasks, cpus_per_task, memory_mb, time_limit_secs, "
     'work_dir, updated_at, array_job_id, array_task_id, array_pending, array_max_running, "comment", wckey, qos, '
-    "constraints, req_nodelist, exc_nodelist, restart_count, eligible_time, std_out, std_err"
+    "constraints, req_nodelist, exc_nodelist, restart_count, "
+    "CASE WHEN eligible_time = 'infinity' THEN NULL ELSE eligible_time END AS eligible_time, std_out, std_err"
 )
+# When a job became eligible; a row of a release before this one may have none: its submission stands in.
+_ELIGIBLE = "COALESCE(eligible_time, submit_time)"
 _STEP_RESULT_COLUMNS = (
     "job_id, step_id, attempt, name, state, exit_code, signal, nodes, tasks, cpus_per_task, start_time, end_time"
 )
@@ -127,7 +132,7 @@ def _state_condition(state: str, s: datetime, e: datetime) -> tuple[sql.Composab
     if state == PENDING:
         # Waiting at some point of the window: eligible before E, and still waiting at S or later.
         return sql.SQL(
-            "(submit_time IS NOT NULL AND submit_time < %s AND ("
+            f"({_ELIGIBLE} < %s AND ("
             "(start_time IS NOT NULL AND start_time > %s)"
             " OR (start_time IS NULL AND end_time IS NOT NULL AND end_time > %s)"
             " OR (start_time IS NULL AND end_time IS NULL AND state = %s)))"
@@ -193,13 +198,13 @@ def query_jobs(
             parts.append(condition)
             params.extend(values)
         conditions.append(sql.SQL("({})").format(sql.SQL(" OR ").join(parts)))
-    elif ids:
-        # Explicit job ids: do not hide jobs by eligibility, only by the window.
+    elif ids and start is None:
+        # Job ids without -S: every record of those jobs up to E, eligible or not (slurmdbd sets no window).
         conditions.append(sql.SQL("(submit_time <= %s AND (end_time >= %s OR end_time IS NULL))"))
         params.extend([e, s])
     else:
         conditions.append(
-            sql.SQL("(submit_time IS NOT NULL AND submit_time < %s AND (end_time >= %s OR end_time IS NULL))")
+            sql.SQL(f"({_ELIGIBLE} < %s AND (end_time >= %s OR end_time IS NULL))")
         )
         params.extend([e, s])
 

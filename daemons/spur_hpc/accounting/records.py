@@ -35,8 +35,15 @@ from spur_hpc.model import (
     per_node_cpus,
 )
 
+# slurmdbd records a job's exit code when the job ends: one the controller ends (scancel, its time limit) has
+# not exited yet, so its row says 0:0; the batch step's row keeps the signal it died of.
+ENDED_BY_CONTROLLER = frozenset({model.CANCELLED, model.TIMEOUT})
+
 RANK_PENDING, RANK_RUNNING, RANK_REQUEUED, RANK_FINISHED = 1, 2, 3, 4
 RANK_REPORTED_END = 5  # steps only: see step_version
+# eligible_time of a job that may not start yet (job["eligible"] is False: held, waiting on a dependency, its
+# --begin or its array's throttle): after every window, as slurmdbd's INFINITE, so sacct's window leaves it out.
+NEVER_ELIGIBLE = "infinity"
 RANKS_PER_ATTEMPT = 8  # room for states a later release adds between these
 
 # Columns a writer fills, in COPY order (updated_at is set by the database).
@@ -138,6 +145,7 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
     rank = state_rank(job)
     node_count = len(nodes) or max(1, int(spec.get("nodes") or 1))
     memory = int(spec.get("memory_mb") or 0)
+    exited = job["state"] not in ENDED_BY_CONTROLLER
     return (
         cluster_id,
         int(job["job_id"]),
@@ -151,8 +159,8 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         _text(spec.get("partition") or "default"),
         str(job["state"]),
         "" if job.get("reason") in (None, NO_REASON) else _text(job["reason"]),
-        int(job.get("exit_code") or 0),
-        int(job.get("signal") or 0),
+        int(job.get("exit_code") or 0) if exited else 0,
+        int(job.get("signal") or 0) if exited else 0,
         timestamp(job.get("submit_time")),
         # A requeued job's start belongs to the failed attempt: the state machine already cleared it.
         timestamp(job.get("start_time")),
@@ -177,10 +185,18 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         _text(spec.get("nodelist")),
         _text(spec.get("exclude")),
         int(job.get("restart_count") or 0),
-        timestamp(job.get("eligible_time")),
+        eligible_at(job),
         _text(spec.get("stdout_path")),
         _text(spec.get("stderr_path")),
     )
+
+
+def eligible_at(job: Mapping[str, Any]) -> datetime | str:
+    """When the job became eligible: NEVER_ELIGIBLE while it may not start, else its --begin (a record of a
+    release before WAL level 3 has none: its submission)."""
+    if job.get("eligible") is False:
+        return NEVER_ELIGIBLE
+    return timestamp(job.get("eligible_time") or job.get("submit_time"))
 
 
 def array_task(job: Mapping[str, Any]) -> int | None:
@@ -198,7 +214,8 @@ def row_version(job: Mapping[str, Any]) -> tuple[int, int]:
 
 def detail_version(job: Mapping[str, Any]) -> int:
     """Changes within one record version, ordered: the spec's revision (scontrol update), then for an array's
-    record how few tasks still wait in it (its pending range only shrinks; none wait in a task's record)."""
+    record how few tasks still wait in it (its pending range only shrinks; none wait in a task's record), then
+    whether a pending job is eligible (a held job released is written again; held again, its row stays)."""
     fewer_pending = 0
     if job.get("array_job_id"):
         pending = job.get("array_pending") or ""
@@ -206,7 +223,8 @@ def detail_version(job: Mapping[str, Any]) -> int:
             fewer_pending = model.MAX_ARRAY_TASKS - (len(model.parse_array_ranges(pending)) if pending else 0)
         except ValueError:
             fewer_pending = 0  # the controller formats it; an unreadable one only loses this ordering
-    return (int(job.get("spec_rev") or 0) << 32) + max(0, fewer_pending)
+    eligible = 0 if job.get("eligible") is False else 1
+    return (int(job.get("spec_rev") or 0) << 32) + (max(0, fewer_pending) << 1) + eligible
 
 
 def steps_of(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:

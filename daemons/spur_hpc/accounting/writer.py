@@ -69,6 +69,7 @@ class _Table:
     columns: tuple[str, ...]
     key: tuple[str, ...]
     newer: str
+    kept: tuple[tuple[str, str], ...] = ()  # (column, SQL of its new value) where a newer row must not just replace it
 
     @property
     def incoming(self) -> str:
@@ -85,7 +86,10 @@ class _Table:
             cols=sql.SQL(", ").join(map(sql.Identifier, self.columns)),
             incoming=sql.Identifier(self.incoming),
             key=sql.SQL(", ").join(map(sql.Identifier, self.key)),
-            updates=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updated),
+            updates=sql.SQL(", ").join(
+                sql.SQL("{c} = {v}").format(c=sql.Identifier(c), v=sql.SQL(dict(self.kept).get(c, f"EXCLUDED.{c}")))
+                for c in updated
+            ),
             newer=sql.SQL(self.newer),
         )
 
@@ -100,6 +104,15 @@ _JOBS = _Table(
     COLUMNS,
     ("cluster_id", "job_id"),
     "(j.record_version, j.detail_version) < (EXCLUDED.record_version, EXCLUDED.detail_version)",
+    # A pending job's eligibility is what the leader sees now, a started one's is its start's; a job that ended
+    # without starting keeps what was seen while it waited (never eligible: sacct's window leaves it out).
+    kept=(
+        (
+            "eligible_time",
+            "CASE WHEN EXCLUDED.state = 'PENDING' OR EXCLUDED.start_time IS NOT NULL THEN EXCLUDED.eligible_time "
+            "ELSE j.eligible_time END",
+        ),
+    ),
 )
 # One job's share of a pass: (job id, the job when its row is behind or None, its steps whose rows are behind).
 _Due = tuple[int, Mapping[str, Any] | None, list[Mapping[str, Any]]]

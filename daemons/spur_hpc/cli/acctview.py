@@ -23,7 +23,8 @@ MEMORY_UNITS = "KMGTP"  # sacct --units
 
 
 class Line:
-    """One line of sacct: a job (step None) or one of its steps (a Step message)."""
+    """One line of sacct: a job (step None) or one of its steps (a Step message). units: --units (a letter of
+    MEMORY_UNITS), NO_CONVERT (--noconvert) or '' (Slurm's default: the largest unit that keeps the value whole)."""
 
     __slots__ = ("job", "step", "units")
 
@@ -31,6 +32,9 @@ class Line:
         self.job = job
         self.step = step
         self.units = units
+
+
+NO_CONVERT = "noconvert"
 
 
 def job_label(job: Any) -> str:
@@ -63,12 +67,17 @@ def _either(job_value: Callable[[Any, float], str], step_value: Callable[[Any, f
 
 
 def _memory(mb: int, units: str) -> str:
-    if not mb:
-        return "0"
-    if not units:
+    """Slurm's convert_num_unit of a size in MB: to --units; kept in M with --noconvert; else divided by 1024
+    while that stays whole (4096 -> 4G, 1536 -> 1536M)."""
+    unit = MEMORY_UNITS.index("M")
+    if units == NO_CONVERT:
         return f"{mb}M"
-    value = mb * 1024.0 / 1024 ** MEMORY_UNITS.index(units)
-    return f"{value:.0f}{units}" if value == int(value) else f"{value:.2f}{units}"
+    if units:
+        value = mb * 1024.0 ** (unit - MEMORY_UNITS.index(units))
+        return f"{value:.0f}{units}" if value == int(value) else f"{value:.2f}{units}"
+    while mb >= 1024 and mb % 1024 == 0 and unit + 1 < len(MEMORY_UNITS):
+        mb, unit = mb // 1024, unit + 1
+    return f"{mb}{MEMORY_UNITS[unit]}"
 
 
 def _cpus(step: Any) -> int:
@@ -105,7 +114,7 @@ FIELDS: dict[str, tuple[str, int, bool, Callable[[Line, float], str]]] = {
         "AllocCPUS",
         10,
         True,
-        _either(lambda j, now: str(jobview.cpu_count(j)) if j.start_time else "0", lambda s, now: str(_cpus(s))),
+        _either(lambda j, now: str(jobview.cpu_count(j)), lambda s, now: str(_cpus(s))),  # asked for, while pending
     ),
     "ncpus": ("NCPUS", 10, True, _either(lambda j, now: str(jobview.cpu_count(j)), lambda s, now: str(_cpus(s)))),
     "reqcpus": ("ReqCPUS", 8, True, _either(lambda j, now: str(jobview.cpu_count(j)), lambda s, now: str(_cpus(s)))),
@@ -281,8 +290,15 @@ def sacct_lines(
             out.append(delimiter.join(titles) + ending)
         out.extend(delimiter.join(row) + ending for row in rows)
         return out
+    # Slurm prints a space after every column, the last one included.
     if header:
-        out.append(" ".join(_fit(t, f.width, f.right) for t, f in zip(titles, fields, strict=True)).rstrip())
-        out.append(" ".join("-" * f.width for f in fields))
-    out.extend(" ".join(_fit(v, f.width, f.right) for v, f in zip(row, fields, strict=True)).rstrip() for row in rows)
+        out.append("".join(_fit(t, f.width, f.right) + " " for t, f in zip(titles, fields, strict=True)))
+        out.append("".join("-" * f.width + " " for f in fields))
+    out.extend("".join(_fit(v, f.width, f.right) + " " for v, f in zip(row, fields, strict=True)) for row in rows)
     return out
+
+
+def field_list() -> list[str]:
+    """sacct -e: the field names in alphabetical order, four to a line in columns of 19, as Slurm prints them."""
+    names = sorted((title for title, *_ in FIELDS.values()), key=str.lower)
+    return [" ".join(f"{name:<19}" for name in names[i : i + 4]) for i in range(0, len(names), 4)]

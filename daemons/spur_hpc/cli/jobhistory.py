@@ -1,23 +1,15 @@
-"""Where sacct's job records come from, behind one small interface (select(query, now) -> jobs).
+"""Where sacct's job records come from: the controller's JobHistory call (the PostgreSQL accounting database).
 
-AccountingJobHistory asks the controller's JobHistory call (the PostgreSQL accounting database).
-ControllerJobHistory reads the controller's own job list (ListJobs with include_finished=True), which keeps
-finished jobs until the controller purges them; sacct uses it when the cluster runs without accounting.
-Selection follows Slurm's sacct, the same rules as spur_hpc.accounting.query (which the CLI cannot import:
-it pulls in psycopg):
+Selection by time window and state is the database query's (spur_hpc.accounting.query, which the CLI cannot
+import: it pulls in psycopg); this module reads -j references, keeps the records they name, and orders them.
+A cluster without accounting has no history: sacct then says so, as Slurm does.
 
-- without -s: S defaults to midnight today (the epoch when job ids are given), E to now; a job is selected
-  when it was submitted before E and had not ended before S.
-- with -s: S defaults to now (the epoch with job ids) and E to S. PENDING matches a job that waited during
-  the window, RUNNING one that ran during it, a finished state one that ended in the window in that state.
-
--j takes Slurm's job references: N (a job, or every task of array N), N_T and N_[T-U,V] (those tasks of array
-N; a task still waiting is matched by the array's pending record), N.S and N.batch (that step only).
+-j takes Slurm's job references: N (a job, or every task of array N), N_T (task T of array N; a task still
+waiting is matched by the array's pending record), N.S and N.batch (that step only). Slurm 22.05 refuses a
+task range or list (N_[T-U]): BadArrayElement.
 """
 
 from __future__ import annotations
-
-import time
 
 from spur_hpc import model
 from spur_hpc.cli import commandline, jobview
@@ -28,7 +20,19 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-JOB_REFERENCE_FORMS = "N, N_T, N_[T-U], N.STEP or N.batch (comma-separated)"
+JOB_REFERENCE_FORMS = "N, N_T, N.STEP or N.batch (comma-separated)"
+
+
+class BadArrayElement(CliError):
+    """N_ followed by anything but one task id: Slurm 22.05's sacct stops with `Bad job array element specified`."""
+
+    def __init__(self, job_id: int, text: str) -> None:
+        super().__init__(f"invalid array task in '{text}': sacct takes one task id (N_T), not a range or list")
+        self.job_id = job_id
+
+
+class AccountingDisabled(Exception):
+    """The cluster keeps no accounting ([accounting] database_url is empty): there is no history to list."""
 
 
 class JobSelector:
@@ -85,11 +89,10 @@ def parse_job_reference(text: str) -> JobSelector:
     job_id = commandline.parse_job_id(job_text, "job id in --jobs")
     tasks = None
     if underscore:
-        ranges = task_text[1:-1] if task_text.startswith("[") and task_text.endswith("]") else task_text
-        if not ranges:
-            raise bad(" (no task ids after _)")
+        if not task_text.isdigit():
+            raise BadArrayElement(job_id, text)
         try:
-            tasks = frozenset(model.parse_array_ranges(ranges, "--jobs task ids"))
+            tasks = frozenset(model.parse_array_ranges(task_text, "--jobs task ids"))
         except ValueError as exc:
             raise CliError(str(exc)) from None
     return JobSelector(job_id, tasks, step if dot else None)
@@ -144,74 +147,6 @@ def listing_order(job: Any) -> tuple:
     return (job.job_id, False, 0, job.job_id)
 
 
-def window(query: HistoryQuery, now: float) -> tuple[float, float]:
-    """(S, E) with sacct's defaults; the window is [S, E)."""
-    start, end = query.start, query.end
-    if query.states:
-        if start is None and not query.job_ids:
-            start = now
-        if start is not None and end is None:
-            end = start
-    elif start is None and not query.job_ids:
-        local = time.localtime(now)
-        start = time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
-    start = start or 0.0
-    end = now if end is None else end
-    if end == start or end == now:
-        end += 1
-    return start, end
-
-
-def _in_state_during(job: Any, state: str, start: float, end: float) -> bool:
-    name = jobview.state_name(job)
-    if state == "PENDING":
-        if not job.submit_time or job.submit_time >= end:
-            return False
-        if job.start_time:
-            return job.start_time > start
-        return job.end_time > start if job.end_time else name == "PENDING"
-    if state == "RUNNING":
-        if not job.start_time or job.start_time >= end:
-            return False
-        return job.end_time > start if job.end_time else name in ("RUNNING", "COMPLETING")
-    return name == state and bool(job.end_time) and start <= job.end_time <= end
-
-
-def selected(job: Any, query: HistoryQuery, start: float, end: float) -> bool:
-    if not query.wants_job(job):
-        return False
-    if query.users and job.spec.user not in query.users:
-        return False
-    if query.names and job.spec.name not in query.names:
-        return False
-    if query.partitions and jobview.partition(job) not in query.partitions:
-        return False
-    if query.states:
-        return any(_in_state_during(job, state, start, end) for state in query.states)
-    return job.submit_time < end and (not job.end_time or job.end_time >= start)
-
-
-class ControllerJobHistory:
-    """Finished and live jobs as the controller still holds them."""
-
-    description = "the controller's job list (finished jobs stay there until the controller purges them)"
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def select(self, query: HistoryQuery, now: float) -> list[Any]:
-        request = {
-            "job_ids": query.job_ids,
-            "users": query.users,
-            "names": query.names,
-            "partitions": query.partitions,
-            "include_finished": True,
-        }
-        jobs = self.client.call("ListJobs", request).jobs
-        start, end = window(query, now)
-        return sorted((job for job in jobs if selected(job, query, start, end)), key=listing_order)
-
-
 class AccountingJobHistory:
     """Records from the accounting database, through the controller's JobHistory call."""
 
@@ -241,14 +176,28 @@ class AccountingJobHistory:
         return sorted(wanted, key=listing_order)
 
 
+def latest_records(jobs: list[Any]) -> list[Any]:
+    """Without -D: one record per job id, its latest run's (a requeued job's earlier runs are -D's)."""
+    # The submit time tells two clusters' jobs of one id apart (-M all); a job's runs share it.
+    def key(job: Any) -> tuple:
+        return (job.job_id, job.submit_time, job.array_pending)
+
+    latest: dict[tuple, Any] = {}
+    for job in jobs:
+        if key(job) not in latest or job.attempt >= latest[key(job)].attempt:
+            latest[key(job)] = job
+    return [job for job in jobs if latest[key(job)] is job]
+
+
 def select_jobs(client: Any, query: HistoryQuery, now: float) -> list[Any]:
-    """Accounting first; the controller's own list when this cluster runs without accounting."""
+    """The records the query selects, in sacct's order; AccountingDisabled on a cluster without accounting."""
     from spur_hpc.wire.grpcwire import RpcError
 
-    if client.has_method("JobHistory"):
-        try:
-            return AccountingJobHistory(client).select(query, now)
-        except RpcError as exc:
-            if exc.code not in ("FAILED_PRECONDITION", "UNIMPLEMENTED"):
-                raise
-    return ControllerJobHistory(client).select(query, now)
+    if not client.has_method("JobHistory"):
+        raise AccountingDisabled()
+    try:
+        return AccountingJobHistory(client).select(query, now)
+    except RpcError as exc:
+        if exc.code in ("FAILED_PRECONDITION", "UNIMPLEMENTED"):
+            raise AccountingDisabled() from None
+        raise

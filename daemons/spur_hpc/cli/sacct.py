@@ -6,9 +6,10 @@ when accounting is off); the formatting in cli.acctview does not care.
 
 from __future__ import annotations
 
+import sys
 import time
 
-from spur_hpc.cli import acctview, commandline, jobhistory, squeue, units
+from spur_hpc.cli import acctview, commandline, jobhistory, slurmjson, squeue, units
 from spur_hpc.cli.options import Option, gather, parse
 from spur_hpc.cli.runner import CliError
 from spur_hpc.wire import protocodec
@@ -44,7 +45,7 @@ OPTIONS = [
     Option("partitions", "r", "partition", "PARTITIONS", "only jobs in these partitions", repeat=True),
     Option("clusters", "M", "clusters", "CLUSTERS", "this cluster's name, or all (every cluster in the database)"),
     Option(
-        "format", "o", "format", "FIELDS", f"fields to print (default {acctview.DEFAULT_FIELDS}); 'json' prints JSON"
+        "format", "o", "format", "FIELDS", f"fields to print (default {acctview.DEFAULT_FIELDS}); 'json': Spur's JSON"
     ),
     Option("brief", "b", "brief", help=f"fields {BRIEF_FIELDS}"),
     Option("long", "l", "long", help="many fields"),
@@ -53,22 +54,24 @@ OPTIONS = [
     Option("parsable2", "P", "parsable2", help="fields separated by '|', none after the last"),
     Option("delimiter", "", "delimiter", "CHARS", "the separator of --parsable and --parsable2 instead of '|'"),
     Option("units", "", "units", "UNIT", "memory in this unit: K, M, G, T or P"),
+    Option("noconvert", "", "noconvert", help="memory in M as recorded, not in the largest unit that keeps it whole"),
+    Option("duplicates", "D", "duplicates", help="every record of a job id, a requeued job's earlier runs included"),
     Option("allocations", "X", "allocations", help="jobs only, without their steps (N.batch, N.0, ...)"),
     Option("helpformat", "e", "helpformat", help="list the fields --format accepts"),
-    Option("json", "", "json", help="print the records as JSON"),
+    Option("json", "", "json", "VERSION", help=slurmjson.JSON_OPTION_HELP, optional=True),
+    Option("yaml", "", "yaml", "VERSION", help=slurmjson.YAML_OPTION_HELP, optional=True),
     Option("help", "h", "help", help="show this help and exit"),
     Option("usage", "", "usage", help="show a one-line usage and exit"),
     Option("version", "V", "version", help="show the version and build and exit"),
 ]
 SYNOPSIS = (
     "[-j IDS] [-u USERS | -a] [-S TIME] [-E TIME] [-s STATES] [--name NAMES] [-M CLUSTERS] [-X] [--format FIELDS] "
-    "[-n] [-p | -P] [--delimiter CHARS] [--units UNIT] [--json]"
+    "[-n] [-p | -P] [--delimiter CHARS] [--units UNIT | --noconvert] [-D] [--json]"
 )
 DESCRIPTION = (
     "Show accounting records of jobs.\n"
     "Records come from the accounting database through the controller (JobHistory). On a cluster without\n"
-    "accounting they come from the controller's own job list (ListJobs with include_finished=True), which\n"
-    "keeps finished jobs only until the controller purges them.\n"
+    "accounting sacct says so and exits 1, as Slurm does.\n"
     "Each job is followed by its steps (N.batch, N.0, ...) unless -X is given; array tasks show as N_T."
 )
 
@@ -98,9 +101,12 @@ def build_query(values: dict, now: float, all_clusters: bool = False) -> jobhist
     )
 
 
-def memory_units(text: str | None) -> str:
+ACCOUNTING_DISABLED = "Slurm accounting storage is disabled"  # Slurm's words, on stderr, exit 1
+
+
+def memory_units(text: str | None, noconvert: bool = False) -> str:
     if text is None:
-        return ""
+        return acctview.NO_CONVERT if noconvert else ""
     unit = text.strip().upper()
     if len(unit) != 1 or unit not in acctview.MEMORY_UNITS:
         raise CliError(f"invalid --units value '{text}': use one of {', '.join(acctview.MEMORY_UNITS)}")
@@ -125,27 +131,43 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if values["helpformat"]:
-        print(" ".join(title for title, *_ in acctview.FIELDS.values()))
+        commandline.print_lines(acctview.field_list())
         return 0
     if positionals:
         raise CliError(f"unexpected argument '{positionals[0]}'; sacct takes options only (job ids go in -j)")
-    as_json = commandline.wants_json(values["format"], values["json"])
+    slurm_yaml = slurmjson.layout(values)
+    as_json = slurm_yaml is not None or commandline.wants_json(values["format"])
     fields_text = values["format"] or (
         BRIEF_FIELDS if values["brief"] else LONG_FIELDS if values["long"] else acctview.DEFAULT_FIELDS
     )
     fields = [] if as_json else acctview.parse_fields(fields_text)
-    units_text = memory_units(values["units"])
+    units_text = memory_units(values["units"], bool(values["noconvert"]))
     delimiter = values["delimiter"] if values["delimiter"] is not None else "|"
     if not delimiter:
         raise CliError("--delimiter is empty; give the characters that separate the fields, like --delimiter=,")
     now = time.time()
-    query = build_query(values, now)
+    try:
+        query = build_query(values, now)
+    except jobhistory.BadArrayElement as exc:
+        print(f"{program}: fatal: Bad job array element specified: {exc.job_id}", file=sys.stderr)
+        return 1
 
     from spur_hpc.cli.controller import ControllerClient
 
     client = ControllerClient()
     query.all_clusters = wants_all_clusters(client, values["clusters"])
-    jobs = jobhistory.select_jobs(client, query, now)
+    try:
+        jobs = jobhistory.select_jobs(client, query, now)
+    except jobhistory.AccountingDisabled:
+        print(ACCOUNTING_DISABLED, file=sys.stderr)
+        return 1
+    if not values["duplicates"]:
+        jobs = jobhistory.latest_records(jobs)
+    if slurm_yaml is not None:
+        records = [job for job in jobs if any(query.wants_line(job, step) for step in (None, *job.steps))]
+        cluster = slurmjson.cluster_name(client)
+        slurmjson.print_document(slurmjson.accounting_document(records, now, cluster), slurm_yaml)
+        return 0
     if as_json:
         commandline.print_json({"jobs": [protocodec.to_jsonable(job, "Job") for job in jobs]})
         return 0

@@ -3,7 +3,12 @@
 The replicated job table is the source of truth. While this controller leads, a background loop hands a
 copy of it to the AccountingWriter, which writes whatever the database lacks; a database outage only
 delays that. Finished jobs leave the replicated state (jobs_purge) after min_job_age_secs, and, when
-accounting is on, only once their final record is in the database.
+accounting is on, only once their final record is in the database. The leader writes what is due before it
+answers sacct (history), so sacct shows a job's end as soon as squeue does, as slurmdbd does.
+
+What the writer reads of a job adds two facts the record does not keep, as slurmdbd records them: whether a
+pending job is eligible now (held, waiting on a dependency, its --begin or its array's throttle: not yet, and
+sacct's time window leaves it out), and a job without --mem asks for a whole node's memory (ReqMem).
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from spur_hpc.accounting import (
 )
 from spur_hpc.conf import Config
 from spur_hpc.controller import errors
+from spur_hpc.controller.eligibility import waiting_reason
+from spur_hpc.controller.placement import node_partitions
 from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.steps import public_step
-from spur_hpc.model import FINISHED_STATES
+from spur_hpc.model import FINISHED_STATES, PENDING
 
 log = logging.getLogger("spurctld.accounting")
 
@@ -98,6 +105,7 @@ class AccountingLink:
                 "accounting is not configured on this controller ([accounting] database_url is "
                 "empty); only jobs still held by the controllers can be listed"
             )
+        self._write_due()
         try:
             with connect(self.settings) as conn:
                 return query_jobs(conn, cluster_id=cluster_id, **filters)
@@ -117,6 +125,26 @@ class AccountingLink:
             except Exception:
                 log.exception("accounting pass failed")
 
+    def _write_due(self) -> None:
+        """Before a history query on the leader: write what the loop has not yet (a failure only means the
+        answer is as old as the last pass)."""
+        writer = self.writer
+        if writer is None or self.service is None or not self.service.raft.is_leader():
+            return
+        try:
+            cluster_id, _name, jobs = self._jobs()
+        except errors.ControllerError:
+            return
+        if cluster_id == writer.cluster_id:
+            writer.reconcile(jobs)
+
+    def _jobs(self) -> tuple[str, str, list[dict[str, Any]]]:
+        now, memo = time.time(), {}  # one memo per pass: each dependee is looked at once
+        facts = _Facts(now, memo, getattr(self.service, "partitions", None))
+        return self.service.raft.read(
+            lambda s: (s.cluster_id, s.cluster_name, [_job_copy(j, s, facts) for j in s.jobs.values()])
+        )
+
     def _once(self) -> None:
         raft = self.service.raft
         if not raft.is_leader():
@@ -124,9 +152,7 @@ class AccountingLink:
                 self.writer.close()  # another controller writes now; reconnect (and re-read) if we lead again
                 self.writer = None
             return
-        cluster_id, name, jobs = raft.read(
-            lambda s: (s.cluster_id, s.cluster_name, [_job_copy(j) for j in s.jobs.values()])
-        )
+        cluster_id, name, jobs = self._jobs()
         if not cluster_id:
             return
         recorded: set[int] | None = None
@@ -158,11 +184,28 @@ class AccountingLink:
         )
 
 
-def _job_copy(job: dict[str, Any]) -> dict[str, Any]:
-    """What the writer reads of a job, copied under the state lock (the state machine changes records in place)."""
+class _Facts:
+    """What one pass reads besides the jobs: the leader's clock, the memo its eligibility answers share, and the
+    partition table (which nodes a pending job's partition has)."""
+
+    __slots__ = ("now", "memo", "partitions")
+
+    def __init__(self, now: float, memo: dict, partitions: Any) -> None:
+        self.now, self.memo, self.partitions = now, memo, partitions
+
+
+def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -> dict[str, Any]:
+    """What the writer reads of a job, copied under the state lock (the state machine changes records in place).
+    With the state s: a pending job that may not start yet has no eligible time, and a job without --mem asks
+    for the memory of a node (its own nodes', or its partition's largest), as Slurm records both."""
     out = dict(job)
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
+    if s is not None and facts is not None:
+        if job["state"] == PENDING and waiting_reason(s, job, facts.now, facts.memo) is not None:
+            out["eligible"] = False  # records.job_row: NEVER_ELIGIBLE
+        if not out["spec"].get("memory_mb"):
+            out["spec"]["memory_mb"] = _node_memory(s, job, facts.partitions)
     # A step as readers see it: its record also holds the launch request (environment, I/O token).
     # A step cancelled because its job ended may still get its real end from its nodes: the writer must let
     # that replace the provisional row.
@@ -171,3 +214,15 @@ def _job_copy(job: dict[str, Any]) -> dict[str, Any]:
         for step_id, step in (job.get("steps") or {}).items()
     }
     return out
+
+
+def _node_memory(s: Any, job: dict[str, Any], parts: Any = None) -> int:
+    """The memory a job without --mem gets on each node (all of it, DefMemPerNode=UNLIMITED): the least of its
+    nodes' while it holds nodes, else the largest of its partition's nodes (0 when none is known)."""
+    nodes = s.nodes
+    if job["nodes"]:
+        return min((int(nodes[n].get("memory_mb") or 0) for n in job["nodes"] if n in nodes), default=0)
+    partition = job["spec"].get("partition") or "default"
+    return max(
+        (int(n.get("memory_mb") or 0) for n in nodes.values() if partition in node_partitions(s, n, parts)), default=0
+    )
