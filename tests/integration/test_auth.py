@@ -96,6 +96,12 @@ def test_users_and_administrators(secured):
     cancel = run(env, work, "scancel", root_job.stdout.strip(), as_nobody=True)
     assert cancel.returncode == 1 and "may not cancel job" in cancel.stderr, cancel.stderr
     assert "JobState=RUNNING" in run(env, work, "scontrol", "show", "job", root_job.stdout.strip()).stdout
+    # scontrol suspend is for operators and administrators only, as in Slurm (Slurm's two lines).
+    suspend = run(env, work, "scontrol", "suspend", root_job.stdout.strip(), as_nobody=True)
+    denied = "Access/permission denied"
+    expected = f"{denied} for job {root_job.stdout.strip()}\nslurm_suspend error: {denied}\n"
+    assert (suspend.returncode, suspend.stderr) == (1, expected)
+    assert "JobState=RUNNING" in run(env, work, "scontrol", "show", "job", root_job.stdout.strip()).stdout
     shown = run(env, work, "scontrol", "show", "node", agent.name).stdout
     assert "State=MIXED" in shown or "State=ALLOCATED" in shown
     # root is an administrator.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,38 @@ def test_open_ondemands_calls_answer_on_a_live_cluster(agent, shell) -> None:
     )
     shell("scancel", str(job_id), "-M", name)
     wait_until(lambda: shell.field(job_id, "JobState") == "CANCELLED", 30, "the cancel")
+
+
+def test_suspend_stops_every_process_of_the_job_and_resume_lets_it_go_on(agent, shell) -> None:
+    """scontrol suspend: ST S / SUSPENDED, the job's processes (the script's child too) stop and its RunTime stands
+    still; scontrol resume: RUNNING again, the processes go on, SuspendTime is the resume."""
+    ticks = shell.work / "ticks.txt"
+    job_id = shell.submit("--wrap", f"sh -c 'while :; do echo x >> {ticks}; sleep 0.1; done' & wait")
+    wait_until(lambda: ticks.exists() and ticks.stat().st_size > 30, 30, "the job to tick for 1.5 s")
+    assert shell("scontrol", "suspend", str(job_id)).stdout == ""
+    assert shell("squeue", "-h", "-j", str(job_id), "-o", "%t %T").stdout == "S SUSPENDED\n"
+    assert shell("squeue", "-h", "-t", "R", "-o", "%i").stdout == ""  # not RUNNING while suspended
+    assert shell("squeue", "-h", "-t", "S", "-o", "%i").stdout == f"{job_id}\n"
+    assert shell.field(job_id, "SuspendTime") != "None"
+
+    def settled() -> bool:  # no tick for 0.3 s: every ticking process has stopped
+        before = ticks.stat().st_size
+        time.sleep(0.3)
+        return ticks.stat().st_size == before
+
+    wait_until(settled, 10, "the ticks to stop")
+    size, run_time = ticks.stat().st_size, shell.field(job_id, "RunTime")
+    watch_until = time.monotonic() + 1.5
+    while time.monotonic() < watch_until:
+        assert ticks.stat().st_size == size, "a process of the suspended job went on"
+        time.sleep(0.1)
+    assert shell.field(job_id, "RunTime") == run_time  # suspended time is not run time
+    again = shell("scontrol", "suspend", str(job_id), check=False)
+    assert again.returncode == 1 and f"for job {job_id}" in again.stderr
+
+    shell("scontrol", "resume", str(job_id))
+    assert shell("squeue", "-h", "-j", str(job_id), "-o", "%t %T").stdout == "R RUNNING\n"
+    wait_until(lambda: ticks.stat().st_size > size, 10, "the resumed job to tick again")
+    assert int(shell.field(job_id, "SecsPreSuspend")) >= 1  # the run time before the suspend
+    shell("scancel", str(job_id))
+    wait_until(lambda: shell.field(job_id, "JobState") == "CANCELLED", 30, "the job to be cancelled")

@@ -253,6 +253,36 @@ def test_a_step_and_its_output_survive_a_failover_of_the_leader(cluster, agents,
     assert job_field(shell, job_id, "JobState") == "FAILED"
 
 
+def test_a_suspended_step_stays_stopped_across_a_failover_and_resumes_from_the_new_leader(
+    cluster, agents, shell
+) -> None:
+    """scontrol suspend stops the tasks of a two-node step (each node's spurstepd); the new leader after a failover
+    still shows the job SUSPENDED, and its scontrol resume lets the tasks go on."""
+    tick = "touch ready.$SLURM_PROCID; while :; do echo x >> ticks.$SLURM_PROCID; sleep 0.1; done"
+    job_id = submit(shell, "-N", "2", "-n", "2", script=f"#!/bin/sh\nsrun sh -c '{tick}'\n")
+    wait_ready(shell, 2)
+    ticks = [shell.work / f"ticks.{i}" for i in range(2)]
+    shell("scontrol", "suspend", str(job_id))
+
+    def settled() -> bool:  # no tick on either node for 0.3 s: every task has stopped
+        before = [t.stat().st_size for t in ticks]
+        time.sleep(0.3)
+        return [t.stat().st_size for t in ticks] == before
+
+    wait_until(settled, 10, "both tasks to stop")
+    sizes = [t.stat().st_size for t in ticks]
+    leader = cluster.wait_leader()
+    cluster.kill9(leader.index)
+    cluster.wait_leader(timeout=30, exclude=leader)
+    assert wait_until(lambda: job_field(shell, job_id, "JobState"), 30, "the new leader") == "SUSPENDED"
+    assert [t.stat().st_size for t in ticks] == sizes, "a task went on while its job was suspended"
+    shell("scontrol", "resume", str(job_id))
+    wait_until(lambda: all(t.stat().st_size > n for t, n in zip(ticks, sizes, strict=True)), 15, "both to go on")
+    assert job_field(shell, job_id, "JobState") == "RUNNING"
+    shell("scancel", str(job_id))
+    wait_state(shell, job_id, ("CANCELLED",))
+
+
 def test_srun_says_once_that_no_controller_answers_and_keeps_streaming(cluster, agents, shell) -> None:
     wait = "touch ready.$SLURM_PROCID; while [ ! -e go ]; do sleep 0.1; done; echo still here $SLURM_PROCID"
     srun = shell.popen("srun", "-N", "2", "-n", "2", "-l", "sh", "-c", wait)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spur_hpc.cli import acctview, jobview, nodeview
+from spur_hpc.cli import acctview, jobrecord, jobview, nodeview
 from spur_hpc.proto import slurm_pb2 as pb
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

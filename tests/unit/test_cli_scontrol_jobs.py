@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_cli_support import fake_cluster
 
-from spur_hpc.cli import jobview, slurm
+from spur_hpc.cli import jobrecord, slurm
 from spur_hpc.proto import slurm_pb2 as pb
 
 
@@ -61,7 +61,7 @@ def test_a_bad_update_is_one_line_and_sends_nothing(cluster, capsys, argv, messa
 
 def test_an_unknown_job_is_slurms_line(cluster, capsys) -> None:
     code, _out, err = run(["update", "JobId=99", "Nice=1"], capsys)
-    assert code == 1 and err == "scontrol: error: job 99: Invalid job id specified\n"
+    assert code == 1 and err == "Invalid job id specified for job 99\n"
 
 
 def test_requeue_and_requeuehold(cluster, capsys) -> None:
@@ -84,14 +84,17 @@ def test_show_job_has_the_array_and_option_lines() -> None:
     spec = pb.JobSpec(name="sweep", user="alice", dependency="afterok:3", requeue=2, comment="a rule",
                       constraint="fast&big", gres="gpu:2", mail_type="END", mail_user="a@b", exclusive=True,
                       nodelist="n[1-2]", mem_per_cpu_mb=512)  # fmt: skip
-    rest = pb.Job(job_id=12, spec=spec, state=pb.PENDING, array_job_id=12, array_pending="3-15", array_max_running=4)
+    rest = pb.Job(job_id=12, spec=spec, state=pb.PENDING, array_job_id=12, array_pending="3-15", array_max_running=4,
+                  reason="Dependency")  # fmt: skip
     task = pb.Job(job_id=13, spec=spec, state=pb.RUNNING, array_job_id=12, array_task_id=1, restart_count=2)
-    rest_lines = jobview.show_job_lines(rest, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
-    task_lines = jobview.show_job_lines(task, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    rest_lines = jobrecord.show_job_lines(rest, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    task_lines = jobrecord.show_job_lines(task, 0.0, group_of=lambda job: ("alice(1)", "alice(1)"))
     assert rest_lines[0] == "JobId=12 ArrayJobId=12 ArrayTaskId=3-15%4 ArrayTaskThrottle=4 JobName=sweep"
     assert task_lines[0] == "JobId=13 ArrayJobId=12 ArrayTaskId=1 JobName=sweep"
+    assert "Dependency=afterok:3(unfulfilled)" in rest_lines[3]  # the task that started has it satisfied: (null)
+    assert "Dependency=(null)" in task_lines[3] and rest_lines[-1] == task_lines[-1] == "   "
     text = "\n".join(task_lines)
-    for expected in ("Dependency=afterok:3", "Requeue=0 Restarts=2", "Comment=a rule", "Features=fast&big",
+    for expected in ("Requeue=0 Restarts=2", "Comment=a rule", "Features=fast&big",
                      "TresPerNode=gres:gpu:2", "MailUser=a@b MailType=END", "OverSubscribe=NO",
                      "ReqNodeList=n[1-2]", "MinMemoryCPU=512M"):  # fmt: skip
         assert expected in text, expected
@@ -105,7 +108,7 @@ def test_show_job_of_an_array_shows_every_record(cluster, capsys) -> None:
     code, out, _err = run(["show", "job", "12", "-o"], capsys)
     assert code == 0
     assert [line.split(" JobName=")[0] for line in out.splitlines()] == [
-        "JobId=12 ArrayJobId=12 ArrayTaskId=3-4",
-        "JobId=13 ArrayJobId=12 ArrayTaskId=1",
+        "JobId=12 ArrayJobId=12 ArrayTaskId=3-4",  # the pending rest, then the tasks newest first (Slurm)
         "JobId=14 ArrayJobId=12 ArrayTaskId=2",
+        "JobId=13 ArrayJobId=12 ArrayTaskId=1",
     ]

@@ -36,6 +36,7 @@ class ClusterState:
         self.submit_keys: list[str] = []  # idempotency key of every SubmitJob received
         self.cancel_signals: list[int] = []  # signal of every CancelJob received
         self.cancel_tasks: list[tuple[int, str]] = []  # (job id, array_tasks) of every CancelJob received
+        self.cancel_steps: list[tuple[int, str]] = []  # (job id, step_id) of every CancelJob received
         self.updates: list[pb.UpdateJobRequest] = []  # every UpdateJob and RequeueJob received
         self.requeues: list[pb.RequeueJobRequest] = []
 
@@ -183,6 +184,7 @@ class FakeController(pb_grpc.SlurmControllerServicer):
         self._record("CancelJob")
         self.state.cancel_signals.append(request.signal)
         self.state.cancel_tasks.append((request.job_id, request.array_tasks))
+        self.state.cancel_steps.append((request.job_id, request.step_id))
         self._leader_only(context)
         with self.state.lock:
             job = self.state.jobs.get(request.job_id)
@@ -192,7 +194,8 @@ class FakeController(pb_grpc.SlurmControllerServicer):
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, f"job {request.job_id} belongs to someone-else")
             if job.state in FINISHED:
                 return pb.CancelJobReply(job=job, already_finished=True)
-            job.state = pb.CANCELLED
+            if not request.signal and not request.step_id:  # a signal or a step's cancel leaves the job running
+                job.state = pb.CANCELLED
             return pb.CancelJobReply(job=job)
 
     def UpdateJob(self, request, context):

@@ -192,6 +192,25 @@ def test_time_limit_ends_job_with_timeout(tmp_path: Path, work: Path) -> None:
     assert result["end_time"] - result["start_time"] >= 1, result
 
 
+def test_a_suspended_job_stops_and_its_time_limit_waits_until_it_resumes(tmp_path: Path, work: Path) -> None:
+    """scontrol suspend's request: the job's processes stop (state T), the 2 s limit does not run out while
+    stopped for 2.5 s, and after resume the job still gets its whole limit of run time."""
+    node = unique_node()
+    session = new_session(tmp_path / "state", node, 49, "sleep 30\n", work_dir=str(work), time_limit_secs=2)
+    sup = launch_supervisor(session, node, "--kill-wait", "1")
+    job_pid = wait_until(lambda: sup.call("status").get("job_pid"), 5, "the job to start")
+    assert sup.call("suspend", resume=False)["delivered"]
+    wait_until(lambda: Path(f"/proc/{job_pid}/stat").read_text().split(")")[1].split()[0] == "T", 5, "SIGSTOP")
+    stopped_until = time.monotonic() + 2.5
+    while time.monotonic() < stopped_until:  # past the limit, but suspended: still running
+        assert sup.call("status")["state"] == "running"
+        time.sleep(0.1)
+    assert sup.call("suspend", resume=True)["delivered"]
+    result = sup.wait_result(30)
+    assert result["state"] == "TIMEOUT"
+    assert result["end_time"] - result["start_time"] >= 2 + 2.5, result  # the limit moved on by the suspension
+
+
 def test_signal_is_delivered_to_the_job(tmp_path: Path, work: Path) -> None:
     node = unique_node()
     script = "trap 'echo got USR1; exit 4' USR1\nwhile true; do sleep 0.1; done\n"

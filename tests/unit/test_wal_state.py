@@ -306,3 +306,38 @@ def test_node_lost_judged_on_an_older_registration_is_a_no_op():
                 partition="default", running=[], time=99.0))
     result = s.apply(rec("node_lost", name="n1", reason="Not responding", time=100.0, registration=judged))
     assert result.get("newer_registration") and s.node_state(s.nodes["n1"]) == "IDLE"
+
+
+def test_suspend_keeps_the_nodes_counts_the_time_suspended_and_a_new_run_starts_unsuspended():
+    from spur_hpc.controller.grpc_api import job_to_pb
+    from spur_hpc.controller.service import shown_state
+
+    s = ClusterState()
+    s.apply(rec("cluster_init", name="c", cluster_id="id-1", members=["a:1"], wal_level=4))
+    register(s, "n1", cpus=1)
+    job = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    waiting = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    assert not s.apply(rec("job_suspend", job_id=job, time=1.5))["ok"], "a pending job cannot be suspended"
+    s.apply(rec("job_start", job_id=job, nodes=["n1"], attempt=1, time=2.0))
+    assert s.apply(rec("job_suspend", job_id=job, time=10.0)) == {"ok": True, "nodes": ["n1"], "attempt": 1}
+    assert shown_state(s.jobs[job]) == "SUSPENDED" and s.jobs[job]["state"] == "RUNNING"
+    assert plan_starts(s) == [], f"job {waiting} may not take the suspended job's CPU"
+    assert "already suspended" in s.apply(rec("job_suspend", job_id=job, time=11.0))["message"]
+    assert s.apply(rec("job_resume", job_id=job, time=40.0))["ok"]
+    assert "not suspended" in s.apply(rec("job_resume", job_id=job, time=41.0))["message"]
+    s.apply(rec("job_suspend", job_id=job, time=50.0))
+    s.apply(rec("job_resume", job_id=job, time=55.0))
+    shown = job_to_pb(s.jobs[job])
+    assert (shown.state, shown.suspend_time, shown.suspended_secs) == (2, 55.0, 35.0)  # RUNNING, 30 s + 5 s
+    # A run after a requeue starts with no suspension of its own.
+    s.apply(rec("job_suspend", job_id=job, time=60.0))
+    s.apply(rec("job_requeue", job_id=job, attempt=1, time=61.0, reason="launch failed"))
+    s.apply(rec("job_start", job_id=job, nodes=["n1"], attempt=2, time=70.0))
+    shown = job_to_pb(s.jobs[job])
+    assert shown_state(s.jobs[job]) == "RUNNING" and (shown.suspend_time, shown.suspended_secs) == (0.0, 0.0)
+
+
+def test_suspend_needs_wal_level_4():
+    s = new_cluster()
+    with pytest.raises(wal.WalLevelError, match="needs WAL level 4"):
+        wal.check_level(rec("job_suspend", job_id=1, time=1.0), s.wal_level)

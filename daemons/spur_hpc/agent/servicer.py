@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -190,7 +191,9 @@ class AgentServicer(slurm_pb2_grpc.SlurmAgentServicer):
             )
             return slurm_pb2.SignalJobReply(delivered=False)
         what = "cancel" if request.signal == 0 else f"signal {request.signal}"
-        delivered = self.table.signal(session, request.signal)
+        if request.suspend:  # scontrol suspend / resume: the supervisor stops or continues its time limit too
+            what = "resume" if request.signal == signal.SIGCONT else "suspend"
+        delivered = self.table.signal(session, request.signal, suspend=request.suspend)
         log.info(
             "%s for job %d attempt %d: %s",
             what,

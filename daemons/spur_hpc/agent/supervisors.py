@@ -386,14 +386,22 @@ class SupervisorTable:
 
     # -------------------------------------------------------------- signals
 
-    def signal(self, session: Session, sig: int) -> bool:
-        """Send sig (0 = cancel the whole job) to a session's supervisor; True when it took it."""
+    def signal(self, session: Session, sig: int, suspend: bool = False) -> bool:
+        """Send sig (0 = cancel the whole job) to a session's supervisor; True when it took it. With suspend,
+        sig is scontrol suspend's SIGSTOP or resume's SIGCONT, and the supervisor holds the time limit meanwhile."""
         if sig == 0:
             session.cancel_wanted = True
         if session.dir.fd < 0:
             return False
+        plain = {"op": "signal", "signal": sig}
         try:
-            reply = protocol.call(session.socket_path, {"op": "signal", "signal": sig}, timeout=5)
+            reply = protocol.call(
+                session.socket_path, {"op": "suspend", "resume": sig == signal.SIGCONT} if suspend else plain, timeout=5
+            )
+            if suspend and not reply.get("ok") and "unknown op" in str(reply.get("error")):
+                # a spurstepd of an older release (it outlives spurd's upgrades): the signal alone still stops
+                # or continues the job; only its own time limit keeps running
+                reply = protocol.call(session.socket_path, plain, timeout=5)
         except protocol.SupervisorUnreachable as exc:
             log.warning("job %d attempt %d: cannot signal its supervisor: %s", session.job_id, session.attempt, exc)
             return False

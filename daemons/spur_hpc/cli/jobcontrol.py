@@ -5,11 +5,12 @@ Each parses every argument before the first call, so a typo changes nothing.
 
 from __future__ import annotations
 
+import sys
 import time
 
 from spur_hpc import model
 from spur_hpc.cli import commandline, units
-from spur_hpc.cli.runner import CliError, error_line
+from spur_hpc.cli.runner import CliError, error_line, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -107,10 +108,11 @@ def update_jobs(client: Any, args: list[str]) -> int:
             names, spec = spec_of(fields, job)
             client.call("UpdateJob", {"job_id": job_id, "fields": names, "spec": spec, "requested_by": me}, write=True)
         except RpcError as exc:
+            from spur_hpc.cli import scontrol
+
             commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
             failures += 1
-            detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
-            error_line(PROGRAM, f"job {job_id}: {detail}")
+            print(printable(f"{scontrol.job_error_text(client, exc, job_id)} for job {job_id}"), file=sys.stderr)
     return 1 if failures else 0
 
 

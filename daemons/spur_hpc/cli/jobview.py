@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from spur_hpc import model
 from spur_hpc.cli import slurmformat, units
-from spur_hpc.cli.runner import printable
 from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
@@ -29,6 +28,7 @@ STATE_CODES = {
     "NODE_FAIL": "NF",
     "OUT_OF_MEMORY": "OOM",
     "DEADLINE": "DL",
+    "SUSPENDED": "S",
     "JOB_STATE_UNKNOWN": "UN",
 }
 
@@ -38,7 +38,7 @@ SQUEUE_TITLES = {
     "j": "NAME",
     "u": "USER",
     "U": "UID",
-    "G": "GID",
+    "G": "GROUP",
     "t": "ST",
     "T": "STATE",
     "M": "TIME",
@@ -56,7 +56,7 @@ SQUEUE_TITLES = {
     "S": "START_TIME",
     "e": "END_TIME",
     "Z": "WORK_DIR",
-    "o": "STDOUT",
+    "o": "COMMAND",
     "F": "ARRAY_JOB_ID",
     "K": "ARRAY_TASK_ID",
     "k": "COMMENT",
@@ -115,10 +115,13 @@ def expand_array_rows(jobs: list[Any]) -> list[Any]:
 
 
 def job_id_label(job: Any) -> str:
-    """%i: 12 for a job, 12_3 for an array's task, 12_[3-15%4] for an array's pending rest."""
+    """%i: 12 for a job, 12_3 for an array's task, 12_[3-15%4] for an array's pending rest (once that rest has
+    ended, cancelled before its tasks started, Slurm names it by the array's id alone)."""
     if not job.array_job_id:
         return str(job.job_id)
     if job.array_pending:
+        if state_name(job) in model.FINISHED_STATES:
+            return str(job.array_job_id)
         return model.array_task_label(job.array_job_id, pending=job.array_pending, max_running=job.array_max_running)
     return model.array_task_label(job.array_job_id, job.array_task_id)
 
@@ -157,10 +160,13 @@ def state_name(job: Any) -> str:
 
 
 def elapsed_seconds(job: Any, now: float) -> float:
+    """Time the job has run: start to end (or now), less the time it spent suspended (scontrol suspend)."""
     if not job.start_time:
         return 0.0
     end = job.end_time if job.end_time else now
-    return max(0.0, end - job.start_time)
+    if state_name(job) == "SUSPENDED" and job.suspend_time:
+        end = min(end, job.suspend_time)  # stopped since then
+    return max(0.0, end - job.start_time - job.suspended_secs)
 
 
 def node_count(job: Any) -> int:
@@ -186,7 +192,8 @@ def _output_file(pattern: str, job: Any) -> str:
         job.spec.user,
         node,
         array_job_id=job.array_job_id,
-        array_task_id=job.array_task_id,
+        # the pending rest of an array has no task id yet: %a is Slurm's NO_VAL there, as in slurm-7_4294967294.out
+        array_task_id=model.NO_ARRAY_TASK if job.array_pending else job.array_task_id,
     )
 
 
@@ -196,6 +203,40 @@ def stdout_path(job: Any) -> str:
 
 def stderr_path(job: Any) -> str:
     return _output_file(job.spec.stderr_path, job) if job.spec.stderr_path else stdout_path(job)
+
+
+# Slurm's priority/basic counts down from here (TOP_PRIORITY); %p prints a priority as a fraction of 2**32 - 1.
+PRIORITY_SCALE = 0xFFFFFFFF
+# The states whose NODELIST(REASON) is the reason in parentheses (squeue's print.c), unless still completing.
+REASON_SHOWN_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
+
+
+def reason_list(job: Any) -> str:
+    """%R: the reason in parentheses for a pending, failed, timed-out or out-of-memory job, else its nodes (none
+    for a job cancelled before it started)."""
+    if state_name(job) in REASON_SHOWN_STATES:
+        return f"({job.reason or 'None'})"
+    return model.compress_hostlist(list(job.nodes))
+
+
+def dependency_text(job: Any) -> str:
+    """%E and Dependency=: each term as Slurm's controller writes it, afterok:4(unfulfilled); (null) once the job
+    no longer waits on it (Slurm drops a dependency when it is satisfied)."""
+    text = job.spec.dependency
+    if not text or state_name(job) != "PENDING":
+        return "(null)"
+    status = {model.REASON_DEPENDENCY: "unfulfilled", model.REASON_DEPENDENCY_NEVER: "failed"}.get(job.reason)
+    if status is None:
+        return "(null)"
+    try:
+        any_of, terms = model.parse_dependency(text)
+    except model.InvalidValue:
+        return text  # the controller checked it at submit; show it as written rather than fail the listing
+    items = [
+        kind if kind == "singleton" else f"{kind}:{dep_id}" + (f"+{minutes}" if minutes else "")
+        for kind, dep_id, minutes in terms
+    ]
+    return ("?" if any_of else ",").join(f"{item}({status})" for item in items)
 
 
 def squeue_value(letter: str, job: Any, now: float) -> str:
@@ -211,7 +252,7 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
     if letter == "k":
         return job.spec.comment or "(null)"
     if letter == "E":
-        return job.spec.dependency or "(null)"
+        return dependency_text(job)
     if letter == "f":
         return job.spec.constraint or "(null)"
     if letter == "q":
@@ -240,8 +281,10 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
         return "*"
     if letter == "z":
         return "*:*:*"
-    if letter in ("p", "Q"):  # Spur orders by nice, then job id: no priority number of its own
-        return "0.00000000" if letter == "p" else "0"
+    if letter == "Q":
+        return str(job.priority)
+    if letter == "p":
+        return f"{job.priority / PRIORITY_SCALE:16.14f}"
     if letter in ("v", "W", "Y"):
         return "(null)"
     if letter in ("X", "s"):
@@ -275,9 +318,7 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
     if letter == "N":
         return model.compress_hostlist(list(job.nodes))
     if letter == "R":
-        if state == "PENDING" or not job.nodes:
-            return f"({job.reason or 'None'})"
-        return model.compress_hostlist(list(job.nodes))
+        return reason_list(job)
     if letter == "r":
         return job.reason or "None"
     if letter == "P":
@@ -297,13 +338,15 @@ def squeue_value(letter: str, job: Any, now: float) -> str:
     if letter == "Z":
         return job.spec.work_dir
     if letter == "o":
-        return stdout_path(job)
+        return job.spec.command or "(null)"  # the batch script's path as sbatch read it; none for --wrap
     raise KeyError(letter)
 
 
 def squeue_lines(jobs: list[Any], format_text: str, header: bool, now: float, program: str = "squeue") -> list[str]:
     columns = slurmformat.parse(program, format_text, SQUEUE_TITLES)
-    return slurmformat.render(columns, jobs, lambda letter, job: squeue_value(letter, job, now), SQUEUE_TITLES, header)
+    return slurmformat.render(
+        columns, jobs, lambda letter, job: squeue_value(letter, job, now), SQUEUE_TITLES, header, strip=False
+    )
 
 
 # squeue -O/--Format: Slurm's field names (case does not matter) -> (title, the -o letter that prints it)
@@ -316,11 +359,13 @@ FORMAT_FIELDS = {
     "numcpus": ("CPUS", "C"), "numnodes": ("NODES", "D"), "partition": ("PARTITION", "P"), "qos": ("QOS", "q"),
     "reason": ("REASON", "r"), "reasonlist": ("NODELIST(REASON)", "R"), "reqnodes": ("REQ_NODES", "n"),
     "excnodes": ("EXC_NODES", "x"), "starttime": ("START_TIME", "S"), "state": ("STATE", "T"),
-    "statecompact": ("ST", "t"), "stdout": ("STDOUT", "o"), "submittime": ("SUBMIT_TIME", "V"),
+    "statecompact": ("ST", "t"), "command": ("COMMAND", "o"), "submittime": ("SUBMIT_TIME", "V"),
     "timeleft": ("TIME_LEFT", "L"), "timelimit": ("TIME_LIMIT", "l"), "timeused": ("TIME", "M"),
     "userid": ("UID", "U"), "username": ("USER", "u"), "wckey": ("WCKEY", "w"), "workdir": ("WORK_DIR", "Z"),
+    "priority": ("PRIORITY", "p"), "prioritylong": ("PRIORITY", "Q"),
 }  # fmt: skip
 FORMAT_EXTRA = {
+    "stdout": ("STDOUT", lambda job, now: stdout_path(job)),
     "stderr": ("STDERR", lambda job, now: stderr_path(job)),
     "numtasks": ("TASKS", lambda job, now: str(max(1, job.spec.tasks))),
     "restartcnt": ("RESTART_CNT", lambda job, now: str(job.restart_count)),
@@ -336,97 +381,11 @@ def format_fields_lines(jobs: list[Any], text: str, header: bool, now: float, pr
     """squeue -O: Slurm's field names (slurmformat.parse_fields reads the items)."""
     names = {name: (title, letter) for name, (title, letter) in FORMAT_FIELDS.items()}
     names.update({name: (title, name) for name, (title, _value) in FORMAT_EXTRA.items()})
-    columns, titles = slurmformat.parse_fields(program, text, names)
+    columns, titles = slurmformat.parse_fields(program, text, names, separator="")
 
     def value_of(key: str, job: Any) -> str:
         if key in FORMAT_EXTRA:
             return FORMAT_EXTRA[key][1](job, now)
         return squeue_value(key, job, now)
 
-    return slurmformat.render(columns, jobs, value_of, titles, header)
-
-
-def _user_and_group(job: Any) -> tuple[str, str]:
-    user = f"{job.spec.user or job.spec.uid}({job.spec.uid})"
-    try:
-        import grp
-
-        group_name = grp.getgrgid(job.spec.gid).gr_name
-    except (KeyError, ImportError, OverflowError):
-        group_name = str(job.spec.gid)
-    return user, f"{group_name}({job.spec.gid})"
-
-
-def _array_keys(job: Any) -> str:
-    """ArrayJobId/ArrayTaskId of an array's record (the pending rest shows its tasks and throttle)."""
-    if not job.array_job_id:
-        return ""
-    if job.array_pending:
-        throttle = f" ArrayTaskThrottle={job.array_max_running}" if job.array_max_running else ""
-        task = array_task_text(job)
-        return f" ArrayJobId={job.array_job_id} ArrayTaskId={task}{throttle}"
-    return f" ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"
-
-
-def _memory_line(spec: Any) -> str:
-    if spec.mem_per_cpu_mb:
-        return f"   MinMemoryCPU={spec.mem_per_cpu_mb}M"
-    return f"   MinMemoryNode={spec.memory_mb}M" if spec.memory_mb else "   MinMemoryNode=0"
-
-
-def show_job_lines(job: Any, now: float, group_of: Any = None) -> list[str]:
-    """`scontrol show job` for one job: Slurm's Key=Value lines, continuation lines indented by 3."""
-    state = state_name(job)
-    user, group = group_of(job) if group_of else _user_and_group(job)
-    nodes = model.compress_hostlist(list(job.nodes)) if job.nodes else "(null)"
-    if job.end_time:
-        end = units.format_timestamp(job.end_time)
-    elif job.start_time and job.spec.time_limit_secs:
-        end = units.format_timestamp(job.start_time + job.spec.time_limit_secs)
-    else:
-        end = "Unknown"
-    spec = job.spec
-    lines = [
-        f"JobId={job.job_id}{_array_keys(job)} JobName={spec.name}",
-        f"   UserId={user} GroupId={group}",
-        f"   Nice={spec.nice} Account={spec.account or '(null)'} QOS={spec.qos or '(null)'}",
-        f"   JobState={state} Reason={job.reason or 'None'} Dependency={spec.dependency or '(null)'}",
-        f"   Requeue={0 if spec.requeue == 2 else 1} Restarts={job.restart_count or max(0, job.attempt - 1)} "
-        f"BatchFlag={0 if spec.interactive else 1} ExitCode={job.exit_code}:{job.signal}",
-        f"   RunTime={units.format_clock(elapsed_seconds(job, now))} "
-        f"TimeLimit={units.format_limit(spec.time_limit_secs, clock=True)} "
-        f"TimeMin={units.format_limit(spec.time_min_secs, 'N/A', clock=True)}",
-        f"   SubmitTime={units.format_timestamp(job.submit_time)} "
-        f"EligibleTime={units.format_timestamp(job.eligible_time)}",
-        f"   StartTime={units.format_timestamp(job.start_time)} EndTime={end} "
-        f"Deadline={units.format_timestamp(spec.deadline, 'N/A')}",
-        f"   Partition={partition(job)}",
-        f"   ReqNodeList={spec.nodelist or '(null)'} ExcNodeList={spec.exclude or '(null)'}",
-        f"   NodeList={nodes}",
-        f"   BatchHost={job.nodes[0] if job.nodes else '(null)'}",
-        f"   NumNodes={node_count(job)} NumCPUs={cpu_count(job)} NumTasks={max(1, spec.tasks)} "
-        f"CPUs/Task={max(1, spec.cpus_per_task)}",
-        _memory_line(spec),
-        f"   Features={spec.constraint or '(null)'}",
-        f"   OverSubscribe={'NO' if spec.exclusive else 'OK'}",
-        f"   WorkDir={spec.work_dir}",
-    ]
-    if spec.comment:
-        lines.append(f"   Comment={spec.comment}")
-    lines += [
-        f"   StdErr={stderr_path(job)}",
-        "   StdIn=/dev/null",
-        f"   StdOut={stdout_path(job)}",
-    ]
-    if spec.mail_user or spec.mail_type:
-        lines.append(f"   MailUser={spec.mail_user or spec.user} MailType={spec.mail_type or 'NONE'}")
-    per_node = [f"gres:{item}" for item in spec.gres.split(",") if item] if spec.gres else []
-    per_node += [f"gres:gpu:{spec.gpus_per_node}"] if spec.gpus_per_node else []
-    for key, items in (
-        ("TresPerJob", [f"gres:gpu:{spec.gpus}"] if spec.gpus else []),
-        ("TresPerNode", per_node),
-        ("TresPerTask", [f"gres:gpu:{spec.gpus_per_task}"] if spec.gpus_per_task else []),
-    ):
-        if items:
-            lines.append(f"   {key}={','.join(items)}")
-    return [printable(line) for line in lines]  # a value can never start a line of its own
+    return slurmformat.render(columns, jobs, value_of, titles, header, strip=False)

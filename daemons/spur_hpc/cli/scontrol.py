@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from spur_hpc import model
-from spur_hpc.cli import commandline, jobview, nodeview
+from spur_hpc.cli import commandline, jobrecord, jobview, nodeview, slurmjson
 from spur_hpc.cli.options import Option, parse
-from spur_hpc.cli.runner import CliError, error_line
-from spur_hpc.wire import protocodec
+from spur_hpc.cli.runner import CliError, error_line, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,8 +18,9 @@ PROGRAM = "scontrol"
 OPTIONS = [
     Option("oneliner", "o", "oneliner", help="print each record on one line"),
     Option("quiet", "Q", "quiet", help="print no warnings"),
-    Option("details", "d", "details", help="accepted for compatibility"),
-    Option("json", "", "json", help="print shown records as JSON"),
+    Option("details", "d", "details", help="show job: add DerivedExitCode"),
+    Option("json", "", "json", "VERSION", help=slurmjson.JSON_OPTION_HELP, optional=True),
+    Option("yaml", "", "yaml", "VERSION", help=slurmjson.YAML_OPTION_HELP, optional=True),
     commandline.CLUSTERS_OPTION,
     *commandline.INFO_OPTIONS,
 ]
@@ -33,13 +34,23 @@ DESCRIPTION = """Commands:
   update JobId=IDS KEY=VALUE...                     change pending jobs: TimeLimit, Partition, Dependency,
                                                     NumCPUs, NumTasks, Nice, Name (TimeLimit of running ones)
   hold JOB_ID[,JOB_ID...] / release JOB_ID[,...]    keep pending jobs from starting / let them start
+  suspend JOB_ID[,...] / resume JOB_ID[,...]        stop running jobs (SIGSTOP; their time limit waits) / go on
   requeue JOB_ID[,...] / requeuehold JOB_ID[,...]   put jobs back in the queue (held with requeuehold)
   show config                                       the settings clients read (MinJobAge, MaxArraySize, ...)
   show partition[s] [NAME]                          partitions as Key=Value records (from the nodes)
   ping                                              which controllers answer, and which one leads
   version                                           this command's version and build"""
 
+SLURM_INVALID_JOB = "Invalid job id specified"  # Slurm's text for ESLURM_INVALID_JOB_ID
 UPDATE_STATES = {"DRAIN": "DRAINED", "DOWN": "DOWN", "RESUME": "IDLE", "IDLE": "IDLE", "UNDRAIN": "IDLE"}
+
+
+class BadInput(Exception):
+    """Lines Slurm's scontrol prints on stderr as they are (no `scontrol: error:` prefix), then exit 1."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__(lines[0])
+        self.lines = lines
 
 
 def _print_records(records: list[list[str]], oneliner: bool) -> None:
@@ -53,6 +64,17 @@ def _print_records(records: list[list[str]], oneliner: bool) -> None:
     commandline.print_lines(out)
 
 
+def _show_partitions_json(client: Any, names: list[str], yaml: bool) -> int:
+    """scontrol --json show partition [NAME]: slurmrestd's v0.0.38 partitions[] (22.05's scontrol has no --json)."""
+    records = slurmjson.partition_records(list(client.call("ListNodes").nodes))
+    if names:
+        records = [r for r in records if r["name"] == names[0]]
+        if not records:
+            raise CliError(f"Partition {names[0]} not found")
+    slurmjson.print_document(slurmjson.document("partitions", records), yaml)
+    return 0
+
+
 def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
     if not args:
         raise CliError("show needs what to show: node, nodes, job or jobs (like: scontrol show job 42)")
@@ -62,7 +84,10 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
 
         commandline.print_lines(jobcontrol.config_lines(client))
         return 0
+    slurm_yaml = slurmjson.layout(values)
     if what in ("partition", "partitions", "part", "partitionname"):
+        if slurm_yaml is not None:
+            return _show_partitions_json(client, rest, slurm_yaml)
         records = nodeview.partition_records(list(client.call("ListNodes").nodes))
         if rest:
             records = [r for r in records if r[0] == f"PartitionName={rest[0]}"]
@@ -83,17 +108,19 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
                 nodes = [client.call("GetNode", {"name": rest[0]})]
             except RpcError as exc:
                 if exc.code == "NOT_FOUND":
-                    raise CliError(f"Node {rest[0]} not found") from None
+                    print(f"Node {rest[0]} not found")  # on stdout, as Slurm's scontrol prints it
+                    return 1
                 raise
         else:
             nodes = list(client.call("ListNodes").nodes)
-            if not nodes and not values["json"]:
+            if not nodes and slurm_yaml is None:
                 print("No nodes in the system")
                 return 0
-        if values["json"]:
-            commandline.print_json({"nodes": [protocodec.to_jsonable(n, "Node") for n in nodes]})
+        if slurm_yaml is not None:
+            slurmjson.print_document(slurmjson.nodes_document(nodes), slurm_yaml)
         else:
-            _print_records([nodeview.show_node_lines(n) for n in nodes], values["oneliner"])
+            # each record exactly as Slurm ends it (its lines' trailing spaces; -o: one line)
+            sys.stdout.write("".join(nodeview.show_node_text(n, bool(values["oneliner"])) for n in nodes))
         return 0
     if what in ("job", "jobs", "jobid"):
         if rest:
@@ -102,21 +129,23 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
                 jobs = [client.call("GetJob", {"job_id": job_id})]
             except RpcError as exc:
                 if exc.code == "NOT_FOUND":
-                    raise CliError(f"Invalid job id specified: {job_id}") from None
+                    print(f"slurm_load_jobs error: {SLURM_INVALID_JOB}", file=sys.stderr)
+                    return 1
                 raise
-            if jobs[0].array_job_id == job_id:  # an array's id: every record of it, as Slurm shows them
+            if jobs[0].array_job_id == job_id:  # an array's id: every record of it, the newest task first (Slurm)
                 records = client.call("ListJobs", {"job_ids": [job_id], "include_finished": True}).jobs
-                jobs += sorted((r for r in records if r.job_id != job_id), key=lambda r: r.array_task_id)
+                jobs += sorted((r for r in records if r.job_id != job_id), key=lambda r: r.job_id, reverse=True)
         else:
             jobs = sorted(client.call("ListJobs", {"include_finished": True}).jobs, key=lambda j: j.job_id)
-            if not jobs and not values["json"]:
+            if not jobs and slurm_yaml is None:
                 print("No jobs in the system")
                 return 0
-        if values["json"]:
-            commandline.print_json({"jobs": [protocodec.to_jsonable(j, "Job") for j in jobs]})
+        if slurm_yaml is not None:
+            slurmjson.print_document(slurmjson.jobs_document(jobs, slurmjson.cluster_name(client)), slurm_yaml)
         else:
             now = time.time()
-            _print_records([jobview.show_job_lines(j, now) for j in jobs], values["oneliner"])
+            details = values["details"]
+            _print_records([jobrecord.show_job_lines(j, now, details=details) for j in jobs], values["oneliner"])
         return 0
     if what in ("step", "steps"):
         from spur_hpc.cli import stepview
@@ -168,8 +197,13 @@ def parse_node_update(args: list[str]) -> tuple[list[str], str, str]:
     if not state_text:
         raise CliError("update NodeName=... needs State=DRAIN, State=RESUME or State=DOWN")
     state = UPDATE_STATES.get(state_text.upper())
-    if state is None:
-        raise CliError(f"invalid node state '{state_text}': use DRAIN, RESUME (IDLE, UNDRAIN) or DOWN")
+    if state is None:  # Slurm's four lines, naming the states Spur takes
+        raise BadInput(
+            f"Invalid input: State={state_text}",
+            "Request aborted",
+            f"Valid states are: {' '.join(UPDATE_STATES)}",
+            "Not all states are valid given a node's prior state",
+        )
     reason = fields.get("reason", "").strip()
     commandline.check_one_line("Reason", reason)
     if state in ("DRAINED", "DOWN") and not reason:
@@ -197,33 +231,66 @@ def update(client: Any, args: list[str]) -> int:
     return 1 if failures else 0
 
 
-def hold_or_release(client: Any, command: str, args: list[str]) -> int:
+JOB_METHODS = {"hold": "HoldJob", "release": "ReleaseJob", "suspend": "SuspendJob", "resume": "SuspendJob"}
+
+
+def job_error_text(client: Any, exc: Any, job_id: int) -> str:
+    """Slurm's words for why the controller refused a job command: an unknown job, a finished one, no permission,
+    else the controller's own line."""
+    from spur_hpc.wire.grpcwire import RpcError
+
+    if exc.code == "NOT_FOUND":
+        return SLURM_INVALID_JOB
+    if exc.code == "PERMISSION_DENIED":
+        return "Access/permission denied"
+    if exc.code == "FAILED_PRECONDITION":
+        try:
+            if jobview.state_name(client.call("GetJob", {"job_id": job_id})) in model.FINISHED_STATES:
+                return "Job has already finished"
+        except RpcError:
+            pass
+    return exc.details
+
+
+def job_command(client: Any, command: str, args: list[str]) -> int:
+    """hold / release / suspend / resume JOB_ID[,...]: each refusal is Slurm's `TEXT for job N`, and the last one
+    is repeated as `slurm_suspend error: TEXT` (Slurm's scontrol reports these commands so)."""
     if not args:
         raise CliError(f"{command} needs job ids, like: scontrol {command} 42")
     job_ids = commandline.parse_job_ids(args)
-    method = "HoldJob" if command == "hold" else "ReleaseJob"
+    method = JOB_METHODS[command]
     if not client.has_method(method):
-        raise CliError(
-            f"this release's controller API has no {method} (slurm.proto lacks it), so jobs cannot be "
-            f"{'held' if command == 'hold' else 'released'} yet; nothing was changed"
-        )
+        raise CliError(f"this release's controller API has no {method} (slurm.proto lacks it); nothing was changed")
     from spur_hpc.cli import caller
     from spur_hpc.wire.grpcwire import RpcError
 
     me = caller.user_name()
-    failures = 0
+    last_error = ""
     for index, job_id in enumerate(job_ids):
+        request: dict[str, Any] = {"job_id": job_id, "requested_by": me}
+        if method == "SuspendJob":
+            request["resume"] = command == "resume"
         try:
-            client.call(method, {"job_id": job_id, "requested_by": me}, write=True)
+            client.call(method, request, write=True)
         except RpcError as exc:
             commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
-            failures += 1
-            detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
-            error_line(PROGRAM, f"job {job_id}: {detail}")
-    return 1 if failures else 0
+            last_error = job_error_text(client, exc, job_id)
+            print(printable(f"{last_error} for job {job_id}"), file=sys.stderr)
+    if last_error:
+        print(printable(f"slurm_suspend error: {last_error}"), file=sys.stderr)
+        return 1
+    return 0
+
+
+def controller_host(address: str) -> str:
+    """The host part of a controller's host:port address ([v6]:port too)."""
+    host = address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") else address
+    return host.strip("[]")
 
 
 def ping(client: Any) -> int:
+    """Slurm's lines: `Slurmctld(primary) at HOST is UP` for the leader, (backup) for the others, each named by
+    the host it runs on (the address's host when it does not answer)."""
     from spur_hpc.wire.grpcwire import RpcError
 
     leader_up = False
@@ -231,11 +298,11 @@ def ping(client: Any) -> int:
         try:
             reply = client.call_one(address, "Ping")
         except RpcError:
-            print(f"Slurmctld at {address} is DOWN")
+            print(f"Slurmctld at {controller_host(address)} is DOWN")
             continue
         kind = "primary" if reply.role == "leader" else "backup"
         leader_up = leader_up or reply.role == "leader"
-        print(f"Slurmctld({kind}) at {address} is UP. Version={reply.version} Build={reply.build}")
+        print(f"Slurmctld({kind}) at {reply.hostname or controller_host(address)} is UP")
     return 0 if leader_up else 1
 
 
@@ -257,14 +324,18 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     from spur_hpc.cli import jobcontrol
 
     if command == "update":  # bad input fails before the controller is looked up
-        if jobcontrol.is_job_update(args):
-            jobcontrol.parse_job_update(args)
-        else:
-            parse_node_update(args)
-    elif command not in ("show", "hold", "release", "requeue", "requeuehold", "ping"):
+        try:
+            if jobcontrol.is_job_update(args):
+                jobcontrol.parse_job_update(args)
+            else:
+                parse_node_update(args)
+        except BadInput as exc:
+            print("\n".join(printable(line) for line in exc.lines), file=sys.stderr)
+            return 1
+    elif command not in ("show", "ping", "requeue", "requeuehold", *JOB_METHODS):
         raise CliError(
-            f"unknown command '{positionals[0]}': use show, update, hold, release, requeue, requeuehold, ping "
-            "or version"
+            f"unknown command '{positionals[0]}': use show, update, hold, release, suspend, resume, requeue, "
+            "requeuehold, ping or version"
         )
 
     from spur_hpc.cli.controller import ControllerClient
@@ -278,6 +349,6 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         return jobcontrol.update_jobs(client, args) if jobcontrol.is_job_update(args) else update(client, args)
     if command in ("requeue", "requeuehold"):
         return jobcontrol.requeue(client, command, args)
-    if command in ("hold", "release"):
-        return hold_or_release(client, command, args)
+    if command in JOB_METHODS:
+        return job_command(client, command, args)
     return ping(client)

@@ -18,20 +18,25 @@ from spur_hpc.controller.steps import StepOps
 from spur_hpc.model import (
     ALLOCATED,
     CANCELLED,
+    COMPLETED,
     DOWN,
     DRAINED,
     DRAINING,
+    FAILED,
     FINISHED_STATES,
     IDLE,
     MIXED,
     NO_REASON,
     NODE_FAIL,
+    OUT_OF_MEMORY,
     PENDING,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
     REASON_HELD_USER,
     REASON_NOT_RESPONDING,
     RUNNING,
+    TIMEOUT,
+    TOP_PRIORITY,
     format_array_ranges,
     parse_array,
     parse_array_ranges,
@@ -75,6 +80,9 @@ class ClusterState(StepOps):
         self.member_info: dict[str, dict[str, Any]] = {}  # raft addr -> grpc_addr, version, build, max_level
         self.wal_level = 1
         self.next_job_id = 1
+        # Slurm's priority/basic: each job gets one below the last priority given (its lowest_prio) less its nice,
+        # so the queue runs in submission order; a held job has 0, and a new one below the rest when released.
+        self.lowest_priority = TOP_PRIORITY
         self.nodes: dict[str, dict[str, Any]] = {}
         self.jobs: dict[int, dict[str, Any]] = {}
         # Derived from jobs, never snapshotted: squeue -u must not walk 10,000 jobs under the state lock.
@@ -272,6 +280,8 @@ class ClusterState(StepOps):
             dispatch_hold_until=0.0,  # the restarted agent is back: a hold it asked for before its restart ends
             gres=dict(r.get("gres") or {}),  # [agent] gres and features (placement.py)
             features=list(r.get("features") or []),
+            last_busy=node.get("last_busy") or float(r["time"]),  # Slurm's LastBusyTime starts at registration
+            **dict(r.get("host") or {}),  # the agent's start, the host's boot, arch, OS and CPU layout, as reported
         )
         # Reconcile: what the agent holds vs what we think runs there.
         reported = {(int(j), int(a)) for j, a in r.get("running", [])}
@@ -390,12 +400,24 @@ class ClusterState(StepOps):
             if spec.get("hold"):
                 job.update(held=True, reason=REASON_HELD_USER)
             job["eligible_time"] = max(job["submit_time"], float(spec.get("begin_time") or 0.0))
+        job["priority"] = 0 if job["held"] else self._next_priority(job)
         self.next_job_id += 1
         self.jobs[job_id] = job
         self._index_job(job_id, job)
         if key:
             self.idempotency[key] = job_id
         return ok(job_id=job_id, duplicate=False)
+
+    def _next_priority(self, job: dict[str, Any]) -> int:
+        """Slurm's priority/basic: one below the last priority given, less the job's nice (nice lowers it, and a
+        negative one raises it); the count itself ignores nice, so one job's nice moves no other job."""
+        nice = int(job["spec"].get("nice") or 0)
+        priority = self.lowest_priority - 1 if self.lowest_priority >= 2 else 1
+        if nice <= 0 or priority > nice + 1:
+            priority -= nice
+        priority = max(1, priority)
+        self.lowest_priority = min(priority + nice, self.lowest_priority)
+        return priority
 
     def fits(self, node: dict[str, Any], spec: dict[str, Any]) -> bool:
         if not self.schedulable(node):
@@ -432,7 +454,12 @@ class ClusterState(StepOps):
         placement.release(self, job)  # what job["alloc"] holds on each node, gres and exclusivity included
 
     def _finish(self, job: dict[str, Any], state: str, when: float, exit_code: int, signal: int, reason: str) -> None:
+        for name in job.get("nodes") or []:  # Slurm's LastBusyTime: when a job last left the node
+            if name in self.nodes:
+                self.nodes[name]["last_busy"] = when
         self._release(job)
+        if self.wal_level >= 4:  # a level-3 member keeps the words of the report (see end_reason)
+            reason = end_reason(job, state, exit_code, reason)
         job.update(state=state, end_time=when, exit_code=exit_code, signal=signal, reason=reason or NO_REASON)
         self._steps_job_finished(job)
 
@@ -464,7 +491,7 @@ class ClusterState(StepOps):
         # a release before level 3 does not read the field, so it is judged only from level 3 on.
         if state == NODE_FAIL and r.get("requeue") and self.wal_level >= 3:
             if requeueable(job) and not job["cancel_requested"]:
-                self._requeue(job, float(r["time"]), hold=False)
+                self._requeue(job, float(r["time"]), hold=False, reprioritise=True)
                 return ok(accepted=True, state=PENDING)
         self._finish(
             job, state, float(r["time"]), int(r.get("exit_code", 0)), int(r.get("signal", 0)), r.get("reason", "")
@@ -478,12 +505,50 @@ class ClusterState(StepOps):
         if job["state"] in FINISHED_STATES:
             return ok(already_finished=True, state=job["state"])
         if job["state"] == PENDING:
-            job.update(state=CANCELLED, end_time=float(r["time"]), reason=f"cancelled by {r.get('by') or 'user'}")
+            job.update(state=CANCELLED, end_time=float(r["time"]), reason=self._cancel_reason(job, r))
             return ok(already_finished=False, state=CANCELLED, signal_agent=False)
         job["cancel_requested"] = True
         return ok(
             already_finished=False, state=RUNNING, signal_agent=True, nodes=list(job["nodes"]), attempt=job["attempt"]
         )
+
+    # -------------------------------------------------------------- suspend / resume (WAL level 4)
+
+    def _op_job_suspend(self, r: dict[str, Any]) -> dict[str, Any]:
+        """scontrol suspend: the running job keeps its nodes; its processes stop (the leader signals them) and its
+        time limit waits. `suspended` holds the attempt suspended, so a later run of the job starts unsuspended."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        if job["state"] != RUNNING or job["cancel_requested"]:
+            return err("conflict", f"job {job['job_id']} is {job['state']}; only a running job can be suspended")
+        if job.get("suspended") == job["attempt"]:
+            return err("conflict", f"job {job['job_id']} is already suspended")
+        if job.get("suspend_attempt") != job["attempt"]:  # the first suspend of this run: its own count
+            job.update(suspended_secs=0.0, suspend_attempt=job["attempt"])
+        job.update(suspended=job["attempt"], suspend_time=float(r["time"]))
+        job["priority"] = 0  # as Slurm's: a resumed job gets a new priority, below the queue's
+        return ok(nodes=list(job["nodes"]), attempt=job["attempt"])
+
+    def _op_job_resume(self, r: dict[str, Any]) -> dict[str, Any]:
+        """scontrol resume: the time spent suspended is added to suspended_secs (not run time; the limit moves)."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        if job["state"] != RUNNING or job.get("suspended") != job["attempt"]:
+            return err("conflict", f"job {job['job_id']} is not suspended")
+        when = float(r["time"])
+        paused = max(0.0, when - float(job["suspend_time"]))
+        job.update(suspended=0, suspend_time=when, suspended_secs=float(job.get("suspended_secs", 0.0)) + paused)
+        job["priority"] = self._next_priority(job)
+        return ok(nodes=list(job["nodes"]), attempt=job["attempt"])
+
+    def _cancel_reason(self, job: dict[str, Any] | None, r: dict[str, Any]) -> str:
+        """A job cancelled before it started keeps the reason it waited for (the proposer sends what squeue showed
+        then: JobHeldUser, Dependency, Priority...), as Slurm's does; before level 4 the reason said who cancelled."""
+        if self.wal_level >= 4:
+            return r.get("reason") or (job or {}).get("reason") or NO_REASON
+        return f"cancelled by {r.get('by') or 'user'}"
 
     def _op_jobs_purge(self, r: dict[str, Any]) -> dict[str, Any]:
         """Forget finished jobs that ended before r['before'] (accounting keeps their history). An array's own
@@ -512,7 +577,7 @@ class ClusterState(StepOps):
             return err("not_found", f"job {r['job_id']} does not exist")
         if job["state"] != PENDING:
             return err("conflict", f"job {job['job_id']} is {job['state']}; only pending jobs can be held")
-        job["held"] = True
+        job.update(held=True, priority=0)
         # The leader's own hold (launch kept failing) says why; an older member shows JobHeldAdmin instead.
         job["reason"] = r.get("reason") or "JobHeldAdmin"
         return ok()
@@ -521,9 +586,11 @@ class ClusterState(StepOps):
         job = self.jobs.get(int(r["job_id"]))
         if job is None:
             return err("not_found", f"job {r['job_id']} does not exist")
-        job["held"] = False
+        was_held, job["held"] = job["held"], False
         if job["state"] == PENDING:
             job["reason"] = NO_REASON
+            if was_held:
+                job["priority"] = self._next_priority(job)
         return ok()
 
     # -------------------------------------------------------------- arrays, requeue, update (WAL level 3)
@@ -553,6 +620,7 @@ class ClusterState(StepOps):
         task = new_job_record(task_id, dict(parent["spec"]), parent["submit_time"], "")
         task.update(LEVEL3_JOB_FIELDS, eligible_time=parent.get("eligible_time", parent["submit_time"]))
         task.update(array_job_id=parent["job_id"], array_task_id=ids[0], array_max_running=limit)
+        task["priority"] = parent.get("priority", 0)  # the tasks of an array share its priority
         self.jobs[task_id] = task
         result = self._op_job_start({"job_id": task_id, **start})
         if not result["ok"]:
@@ -568,7 +636,8 @@ class ClusterState(StepOps):
         Pending tasks leave the array's pending list (the array's own record ends CANCELLED when none are
         left); running ones are cancelled like jobs (the answer lists them for the leader to signal)."""
         array_id = int(r["array_job_id"])
-        when, reason = float(r["time"]), f"cancelled by {r.get('by') or 'user'}"
+        when = float(r["time"])
+        reason = self._cancel_reason(self.jobs.get(array_id), r)
         records = self.array_records(array_id)
         if not records:
             return err("not_found", f"job {array_id} is not an array (or finished long ago)")
@@ -604,8 +673,9 @@ class ClusterState(StepOps):
             return err("not_found", f"array {array_id} has no task {format_array_ranges(unknown)}")
         return ok(cancelled=len(cancelled), signal=signal, unknown=format_array_ranges(unknown))
 
-    def _requeue(self, job: dict[str, Any], when: float, hold: bool) -> None:
-        """A job that started (or ended) goes back to PENDING for another run; see REQUEUE_DELAY_SECS."""
+    def _requeue(self, job: dict[str, Any], when: float, hold: bool, reprioritise: bool = False) -> None:
+        """A job that started (or ended) goes back to PENDING for another run; see REQUEUE_DELAY_SECS. Held, its
+        priority is 0; requeued after its node failed, it gets a new one (as Slurm's does); else it keeps its own."""
         self._release(job)
         self._steps_job_requeued(job, when)
         job.update(
@@ -621,6 +691,10 @@ class ClusterState(StepOps):
             held=hold,
             reason=REASON_HELD_USER if hold else NO_REASON,
         )
+        if hold:
+            job["priority"] = 0
+        elif reprioritise:
+            job["priority"] = self._next_priority(job)
 
     def _op_job_requeue_user(self, r: dict[str, Any]) -> dict[str, Any]:
         """scontrol requeue (hold=False) / requeuehold (hold=True) of a running or finished batch job."""
@@ -653,6 +727,9 @@ class ClusterState(StepOps):
             return err("conflict", f"job {job['job_id']} is RUNNING; only its time limit can change now")
         if job["state"] not in (PENDING, RUNNING):
             return err("conflict", f"job {job['job_id']} is {job['state']}; only pending jobs can be updated")
+        if "nice" in changes and job.get("priority"):  # Slurm moves the priority by the change of nice
+            moved = int(changes["nice"] or 0) - int(job["spec"].get("nice") or 0)
+            job["priority"] = max(1, int(job["priority"]) - moved)
         job["spec"].update(changes)
         job["spec_rev"] = int(job.get("spec_rev") or 0) + 1
         return ok(spec_rev=job["spec_rev"])
@@ -668,6 +745,26 @@ class ClusterState(StepOps):
             return err("invalid", f"{r['state']} is not an end state")
         job.update(state=r["state"], end_time=float(r["time"]), reason=r.get("reason") or NO_REASON)
         return ok(ended=True, state=job["state"])
+
+
+# Slurm's reasons for a job that ended on its own (job_complete in its job_mgr.c).
+_END_REASONS = {TIMEOUT: "TimeLimit", OUT_OF_MEMORY: "OutOfMemory", NODE_FAIL: "NodeDown"}
+
+
+def end_reason(job: dict[str, Any], state: str, exit_code: int, detail: str) -> str:
+    """The reason a finished job keeps, as Slurm's: TimeLimit for a timeout; NonZeroExitCode for a failed script
+    (JobLaunchFailure when it never ran: a signal, a refused launch); a cancelled or completed job keeps the one it
+    had (None while it ran). What went wrong at a launch, with the memory or on the node, stays in Spur's own
+    words (Slurm's state_desc); the report's restatements of the state (time limit, cancel requested) do not."""
+    if state in (CANCELLED, COMPLETED):
+        return job["reason"]
+    if state == TIMEOUT:
+        return _END_REASONS[TIMEOUT]
+    if detail:
+        return detail
+    if state == FAILED:
+        return "NonZeroExitCode" if exit_code else "JobLaunchFailure"
+    return _END_REASONS.get(state, NO_REASON)
 
 
 # The fields a job record has from WAL level 3 on (a record written before lacks them; readers use these).

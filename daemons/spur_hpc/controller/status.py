@@ -7,6 +7,7 @@ phase, members, identity, had_data, raft_stopped_for_stall, accounting, addresse
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +120,7 @@ class MemberStatus:
             max_wal_level=st["max_wal_level"],
             raft_addr=self.raft_addr,
             grpc_addr=self.grpc_addr,
+            hostname=socket.gethostname(),
         )
 
     def cluster_info(self) -> slurm_pb2.ClusterInfo:

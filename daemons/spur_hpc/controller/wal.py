@@ -47,6 +47,10 @@ OP_LEVELS: dict[str, int] = {
     # level 4: a node whose agent is about to restart takes no new job or step until it registers again or the
     # hold ends (the hold's end time is in the record; a level-3 member would start jobs on the node)
     "node_dispatch_hold": 4,
+    # level 4: scontrol suspend / resume (a level-3 member would know no suspended job, and end it at its time
+    # limit as if it had run all along)
+    "job_suspend": 4,
+    "job_resume": 4,
 }
 
 

@@ -4,6 +4,9 @@ Requests ({"op": ...}):
   status                         -> the supervisor's state (always answers at once)
   wait     {"timeout": secs}     -> like status, but first waits up to timeout for the job to end
   signal   {"signal": n}         -> n = 0 cancels the job (whole tree); other n are delivered to every process
+  suspend  {"resume": bool}      -> scontrol suspend: SIGSTOP to every process, the time limit held; resume:
+                                    SIGCONT, the limit moved on by the time suspended (an older supervisor
+                                    answers "unknown op": spurd then sends the bare signal)
   release                        -> spurd has delivered the result: the supervisor exits
 Replies carry "ok" and, on failure, "error". "protocol" lets a newer spurd talk to an older supervisor
 left running across an upgrade; a new field is only ever added, never renamed.

@@ -80,6 +80,7 @@ class Supervisor:
         self._cond = threading.Condition()
         self._cancel_reason = ""
         self._signals: list[int] = []
+        self._suspends: list[bool] = []  # scontrol suspend (False) / resume (True), in order, for the run loop
         self._timed_out = False
         self._terminating = False
         self._kill_at: float | None = None
@@ -307,6 +308,16 @@ class Supervisor:
         self._wake()
         return True
 
+    def request_suspend(self, resume: bool) -> bool:
+        """Queue scontrol suspend (SIGSTOP to every process of the job, its time limit held) or resume
+        (SIGCONT, the limit moved on by the time suspended); False when the job has already ended."""
+        with self._cond:
+            if self.result is not None or self._job_status is not None:
+                return False
+            self._suspends.append(resume)
+        self._wake()
+        return True
+
     def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"w")
@@ -354,6 +365,8 @@ class Supervisor:
             if not isinstance(sig, int) or sig < 0 or sig >= signal.NSIG:
                 return {"ok": False, "error": f"bad signal {sig!r}"}
             return {"ok": True, "delivered": self.request_signal(sig)}
+        if op == "suspend":
+            return {"ok": True, "delivered": self.request_suspend(bool(request.get("resume")))}
         if op == "release":
             return self.release()
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -367,20 +380,34 @@ class Supervisor:
         limit = int(self.launch["spec"].get("time_limit_secs") or 0)
         deadline = self._start_mono + limit if limit > 0 else None
         warn_at = self._signal_time(deadline)  # --signal: its signal this long before the limit
+        suspended_at: float | None = None  # monotonic time of scontrol suspend, while the job is stopped
         while self._reap() is None:
             now = time.monotonic()
             with self._cond:
                 cancel_reason, signals, self._signals = self._cancel_reason, self._signals, []
+                suspends, self._suspends = self._suspends, []
+            for resume in suspends:
+                if resume and suspended_at is not None:
+                    paused = now - suspended_at  # the limit (and --signal's warning) move on by the time stopped
+                    deadline = None if deadline is None else deadline + paused
+                    warn_at = None if warn_at is None else warn_at + paused
+                    suspended_at = None
+                    count = self.tracker.signal(signal.SIGCONT)
+                    log.info("job %d: resumed after %.1f s (SIGCONT to %d processes)", self.job_id, paused, count)
+                elif not resume and suspended_at is None and not self._terminating:
+                    suspended_at = now
+                    count = self.tracker.signal(signal.SIGSTOP)
+                    log.info("job %d: suspended (SIGSTOP to %d processes)", self.job_id, count)
             if self.stopping.is_set() and not cancel_reason:
                 cancel_reason = "spurstepd was asked to stop"
                 with self._cond:
                     self._cancel_reason = cancel_reason
             if cancel_reason and not self._terminating:
                 self._terminate(f"{cancel_reason}")
-            if warn_at is not None and now >= warn_at and not self._terminating:
+            if warn_at is not None and now >= warn_at and not self._terminating and suspended_at is None:
                 self._send_limit_signal()
                 warn_at = None
-            if deadline is not None and now >= deadline and not self._terminating:
+            if deadline is not None and now >= deadline and not self._terminating and suspended_at is None:
                 self._timed_out = True
                 self._terminate(f"time limit of {limit} s reached")
             if self._kill_at is not None and now >= self._kill_at:
@@ -396,9 +423,9 @@ class Supervisor:
                 count = self.tracker.signal(sig)
                 log.info("job %d: delivered signal %d to %d processes", self.job_id, sig, count)
             waits = [1.0]
-            if deadline is not None and not self._terminating:
+            if deadline is not None and not self._terminating and suspended_at is None:
                 waits.append(deadline - now)
-            if warn_at is not None:
+            if warn_at is not None and suspended_at is None:
                 waits.append(warn_at - now)
             if self._kill_at is not None:
                 waits.append(self._kill_at - now)
