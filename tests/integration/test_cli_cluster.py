@@ -57,8 +57,11 @@ def test_sbatch_wrap_end_to_end(cluster, agent, shell) -> None:
     assert (shell.work / f"slurm-{job_id}.out").read_text() == "hi\n"
 
     assert shell("squeue", "-h", "-j", str(job_id), "-o", "%i %t %N").stdout == f"{job_id} CD {agent.name}\n"
-    accounting = shell("sacct", "-j", str(job_id), "-P", "-n", "--format", "JobID,JobName,State,ExitCode").stdout
-    assert accounting == f"{job_id}|wrap|COMPLETED|0:0\n{job_id}.batch|batch|COMPLETED|0:0\n"
+    # This cluster keeps no accounting: sacct says so as Slurm does (test_accounting_sacct_cluster has the records).
+    accounting = shell("sacct", "-j", str(job_id), "-P", "-n", check=False)
+    assert (accounting.returncode, accounting.stdout, accounting.stderr) == (
+        1, "", "Slurm accounting storage is disabled\n"
+    )  # fmt: skip
     assert shell("sinfo", "-h", "-N", "-o", "%N %t").stdout == f"{agent.name} idle\n"
 
 
