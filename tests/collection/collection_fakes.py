@@ -169,7 +169,7 @@ class FakeController:
 
     def __init__(self) -> None:
         self.raft = _Raft()
-        conf = SimpleNamespace(controller=SimpleNamespace(write_timeout_secs=1.0))
+        conf = SimpleNamespace(controller=SimpleNamespace(write_timeout_secs=1.0, heartbeat_timeout_secs=60))
         self.service = ControllerService(conf, self.raft, lambda addr: "127.0.1.1:6817", clock=time.time)
         self.raft.state.apply(
             wal.make_record("cluster_init", name="test", cluster_id="c0ffee", members=["127.0.1.1:6821"], wal_level=1)
@@ -271,6 +271,13 @@ class FakeController:
             self.end_job(request.job_id, "CANCELLED")
         job = self.service.get_job(request.job_id)
         return slurm_pb2.CancelJobReply(job=job_to_pb(job), already_finished=result.get("already_finished", False))
+
+    def _HoldDispatch(self, request):  # noqa: N802
+        self.service.hold_dispatch(request.name, request.hold_secs)  # no launches in flight to wait for here
+        return self._GetNode(request)
+
+    def _GetClusterInfo(self, request):  # noqa: N802
+        return slurm_pb2.ClusterInfo(wal_level=self.service.read(lambda s: s.wal_level))
 
     def _SetWalLevel(self, request):  # noqa: N802
         result = self.service.set_wal_level(request.level)

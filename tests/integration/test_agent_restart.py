@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -151,3 +152,54 @@ def test_follower_points_the_agent_to_the_leader(cluster, tmp_path: Path) -> Non
     agent = AgentProc(tmp_path / "agent", [follower.grpc_addr]).start()
     assert agent.status()["controller"] == leader.grpc_addr
     assert get_node(cluster, agent.name).registered
+
+
+def restart_in_place(agent: AgentProc) -> None:
+    assert agent.stop() == 0
+    agent.start()
+
+
+def test_agents_restarted_all_at_once_behind_a_dispatch_hold_lose_no_launch(cluster, tmp_path: Path, work: Path):
+    """Issue 19 item 3: every agent restarts in place at once (batch = all) while a client keeps submitting. Each
+    node asked HoldDispatch first, so no job is sent to a restarting spurd: none needs a second attempt."""
+    # 4 CPUs: a restarting node keeps free CPUs even with the jobs whose ends its stopped spurd has not reported.
+    agents = [AgentProc(tmp_path / f"agent{i}", cluster.hosts, cpus=4).start() for i in range(3)]
+    # A long job per node keeps each node busy, so a stopping spurd does not deregister it (the window to close).
+    holders = [submit(cluster, "sleep 600\n", work, nodelist=a.name) for a in agents]
+    wait_until(
+        lambda: all(h in a.running() for h, a in zip(holders, agents, strict=True)), 15, "a long job on every node"
+    )
+    submitted: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            submitted.extend(submit(cluster, "true\n", work) for _ in range(3))  # more jobs than one node takes
+            stop.wait(0.02)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(submitted) >= 10, 10, "the client to be submitting")
+        for _round in range(2):
+            stub = leader_stub(cluster)
+            for agent in agents:
+                held = stub.HoldDispatch(slurm_pb2.HoldDispatchRequest(name=agent.name, hold_secs=30), timeout=30)
+                assert held.dispatch_hold_until > time.time() + 20
+                assert not held.drain and held.reason == "", "the node is not drained, its reason is unchanged"
+            restarts = [threading.Thread(target=restart_in_place, args=(a,)) for a in agents]
+            for restart in restarts:
+                restart.start()
+            for restart in restarts:
+                restart.join(timeout=60)
+            assert all(a.proc.alive() for a in agents), "every spurd is back"
+            assert all(get_node(cluster, a.name).dispatch_hold_until == 0.0 for a in agents), "registering ends it"
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    jobs = [wait_ended(cluster, job_id, timeout=60) for job_id in submitted]
+    retried = [(j.job_id, j.attempt, j.reason) for j in jobs if j.attempt != 1 or j.state != slurm_pb2.COMPLETED]
+    assert not retried, f"jobs launched more than once or not completed: {retried}"
+    assert all(get_job(cluster, h).state == RUNNING and get_job(cluster, h).attempt == 1 for h in holders), (
+        "the long jobs ran on throughout"
+    )

@@ -244,6 +244,12 @@ class SpurConnection:
         reply = self.rpc().call("CancelJob", request, write=True)
         return dict(job_to_dict(reply.job), already_finished=bool(reply.already_finished))
 
+    def hold_dispatch(self, name: str, hold_secs: float) -> dict:
+        return node_to_dict(self.rpc().call("HoldDispatch", dict(name=name, hold_secs=hold_secs), write=True))
+
+    def wal_level(self) -> int:
+        return int(self.rpc().call("GetClusterInfo").wal_level)
+
     def set_wal_level(self, level: int) -> tuple[int, bool]:
         reply = self.rpc().call("SetWalLevel", dict(level=level), write=True)
         return int(reply.level), bool(reply.changed)
@@ -272,6 +278,7 @@ def node_to_dict(node) -> dict:
         build=node.build,
         last_registered=node.last_registered,
         last_heartbeat=node.last_heartbeat,
+        dispatch_hold_until=node.dispatch_hold_until,
     )
 
 
