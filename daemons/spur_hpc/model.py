@@ -129,6 +129,7 @@ JOB_SPEC_FIELDS = {
     "submit_host": str,
     "cluster_name": str,
     "interactive": bool,
+    "command": str,
 }
 
 

@@ -13,6 +13,7 @@ this file uses the standard library only and must run on Python 3.8.
 from __future__ import annotations
 
 import posixpath
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMOR
     "DEADLINE",
 )
 JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE)
+# Shown, never stored: a RUNNING job that scontrol suspend stopped (the record keeps RUNNING and `suspended`).
+SUSPENDED = "SUSPENDED"
 # A finished job never changes state again (the agent's end reports are these too).
 FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE})
 # The end states a supervisor or an agent may report (DEADLINE is the controller's own: a job still pending).
@@ -130,6 +133,7 @@ JOB_SPEC_FIELDS = {
     "submit_host": str,
     "cluster_name": str,
     "interactive": bool,
+    "command": str,
 }
 
 
@@ -159,8 +163,51 @@ def bounded_int(text: str, high: int) -> int | None:
     return value if value <= high else None
 
 
+TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)"
+
+
+def parse_time_limit(text: str, what: str = "--time") -> int:
+    """A Slurm time limit (sbatch -t, scontrol's TimeLimit, a partition's MaxTime) -> seconds (0: no limit)."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return 0
+
+    def bad() -> InvalidValue:
+        return InvalidValue(f"invalid {what} value '{text}': use {TIME_LIMIT_FORMS}")
+
+    too_long = InvalidValue(
+        f"invalid {what} value '{text}': it is over {INT64_MAX} seconds; use UNLIMITED for no limit"
+    )
+    days = 0
+    day_text, has_days, clock = value.rpartition("-") if "-" in value else ("", "", value)
+    if has_days:
+        if not is_number(day_text) or not clock:
+            raise bad()
+        days = bounded_int(day_text, INT64_MAX)
+    parts = clock.split(":")
+    if len(parts) > 3 or not all(is_number(p) for p in parts):
+        raise bad()
+    numbers = [bounded_int(p, INT64_MAX) for p in parts]
+    if days is None or None in numbers:
+        raise too_long
+    if has_days:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:  # minutes[:seconds]
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    if seconds > 59 or (minutes > 59 and (has_days or len(numbers) == 3)):
+        raise bad()
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total > INT64_MAX:
+        raise too_long
+    return total
+
+
 # ------------------------------------------------------------------ pending reasons (squeue's NODELIST(REASON))
 
+# Slurm's priority/basic counts job priorities down from here (its TOP_PRIORITY): see state.ClusterState
+TOP_PRIORITY = 0xFFFF0000
 REASON_HELD_USER = "JobHeldUser"  # sbatch -H, or scontrol hold by the job's owner
 REASON_HELD_ADMIN = "JobHeldAdmin"  # scontrol hold by an administrator: only an administrator releases it
 REASON_BEGIN_TIME = "BeginTime"  # --begin is still ahead (a requeued job waits a moment too)
@@ -168,6 +215,15 @@ REASON_DEPENDENCY = "Dependency"  # a --dependency that may still be satisfied
 REASON_DEPENDENCY_NEVER = "DependencyNeverSatisfied"  # one that cannot be any more (afterok on a FAILED job)
 REASON_ARRAY_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle is reached
 REASON_DEADLINE = "DeadLine"  # the job ended DEADLINE: still pending at its --deadline
+# A job its partition does not run now (Slurm's job_limits_check; EnforcePartLimits=NO queues such jobs)
+REASON_PARTITION_NODE_LIMIT = "PartitionNodeLimit"  # more (or fewer) nodes than the partition's limits or size
+REASON_PARTITION_TIME_LIMIT = "PartitionTimeLimit"  # a time limit over the partition's MaxTime
+REASON_PARTITION_DOWN = "PartitionDown"  # the partition's State=DOWN: queued jobs wait
+REASON_PARTITION_INACTIVE = "PartitionInactive"  # State=INACTIVE: queued jobs wait
+REASON_PARTITION_CONFIG = "PartitionConfig"  # the partition is no longer configured
+# gRPC trailing metadata of a refusal Slurm words with one of its error texts ("Invalid partition name specified"):
+# sbatch prints the controller's line, then "Batch job submission failed: " and that text, as Slurm does.
+SLURM_ERROR_METADATA_KEY = "spur-slurm-error"
 
 # ------------------------------------------------------------------ job arrays: --array=0-15:2%4
 
@@ -432,35 +488,48 @@ def _split_name(name: str) -> tuple[str, str]:
 
 
 def compress_hostlist(names: list[str]) -> str:
-    """['n1', 'n2', 'n3', 'n5', 'gpu'] -> 'gpu,n[1-3,5]' (sorted, zero padding kept)."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    for name in sorted(set(names)):
+    """['n1', 'n2', 'n3', 'n5', 'gpu'] -> 'gpu,n[1-3,5]', as Slurm's hostlist_ranged_string writes it: sorted by
+    prefix (natural order), one bracket group per prefix, zero padding kept ('n[01-10]'); a number without a
+    leading zero joins a padded range it is as wide as (n09,n10 -> n[09-10]; node-0,node-1 -> node-[0-1])."""
+    plain: set[str] = set()
+    numbered: dict[str, dict[int, set[int]]] = {}  # prefix -> padding width (0: none) -> numbers
+    for name in set(names):
         prefix, digits = _split_name(name)
         if not digits:
-            plain.append(name)
+            plain.add(name)
             continue
-        width = len(digits) if digits.startswith("0") else 0
-        groups.setdefault((prefix, width), []).append(int(digits))
-    parts: list[tuple[str, str]] = [(name, name) for name in plain]
-    for (prefix, width), numbers in groups.items():
-        numbers.sort()
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        numbered.setdefault(prefix, {}).setdefault(width, set()).add(int(digits))
+    for widths in numbered.values():
+        padded = sorted(w for w in widths if w)
+        for number in list(widths.get(0, ())):
+            wide_enough = [w for w in padded if len(str(number)) >= w]
+            if wide_enough:  # n10 belongs with n01..n09, as Slurm's width-equivalence check has it
+                widths[0].discard(number)
+                widths[wide_enough[-1]].add(number)
+    parts: list[tuple[tuple, str]] = [((_natural_prefix(name), 0), name) for name in plain]
+    for prefix, widths in numbered.items():
         ranges: list[str] = []
-        first = previous = numbers[0]
-        for number in numbers[1:] + [None]:  # type: ignore[list-item]
-            if number is not None and number == previous + 1:
-                previous = number
-                continue
-            low, high = f"{first:0{width}d}", f"{previous:0{width}d}"
-            ranges.append(low if first == previous else f"{low}-{high}")
-            if number is not None:
-                first = previous = number
-        if len(numbers) == 1:
-            text = f"{prefix}{ranges[0]}"
-        else:
-            text = f"{prefix}[{','.join(ranges)}]"
-        parts.append((f"{prefix}{numbers[0]:0{width}d}", text))
-    return ",".join(text for _key, text in sorted(parts, key=lambda p: _natural_key(p[0])))
+        for width in sorted(w for w in widths if widths[w]):
+            numbers = sorted(widths[width])
+            first = previous = numbers[0]
+            for number in numbers[1:] + [None]:  # type: ignore[list-item]
+                if number is not None and number == previous + 1:
+                    previous = number
+                    continue
+                low, high = f"{first:0{width}d}", f"{previous:0{width}d}"
+                ranges.append(low if first == previous else f"{low}-{high}")
+                if number is not None:
+                    first = previous = number
+        single = len(ranges) == 1 and "-" not in ranges[0]
+        text = f"{prefix}{ranges[0]}" if single else f"{prefix}[{','.join(ranges)}]"
+        parts.append(((_natural_prefix(prefix), 1), text))
+    return ",".join(text for _key, text in sorted(parts))
+
+
+def _natural_prefix(text: str) -> tuple:
+    """strnatcmp's order as a key: runs of digits compare as numbers ('rack2' before 'rack10')."""
+    return tuple((0, int(run), "") if run.isdigit() else (1, 0, run) for run in re.findall(r"\d+|\D+", text))
 
 
 def _natural_key(name: str) -> tuple[str, int]:

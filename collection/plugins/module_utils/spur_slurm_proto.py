@@ -281,6 +281,7 @@ message JobSpec {
   string submit_host = 46;
   string cluster_name = 47;       // -M as resolved by the client (this cluster's name)
   bool interactive = 48;          // salloc, or srun outside an allocation: no batch step; the client's steps run in it
+  string command = 49;            // the batch script's absolute path as sbatch read it (Slurm's Command); "" for --wrap or stdin
 }
 
 message Job {

@@ -222,6 +222,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     options = directive_options(script, source)
     options.update(command_line)  # the command line and the input variables win over #SBATCH lines
     spec = build_spec(options, script, default_name, dict(os.environ), positionals[1:])
+    if source not in ("--wrap", "standard input"):
+        spec["command"] = os.path.abspath(source)  # squeue %o and scontrol's Command= show where the script was
     check_one_line_fields(spec)
     if options.given("chdir") and not os.path.isdir(spec["work_dir"]):
         raise CliError(f"--chdir {options.get('chdir')}: no such directory here; create it or give an existing one")
