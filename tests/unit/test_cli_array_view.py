@@ -48,7 +48,10 @@ def test_expanding_the_pending_rest_gives_one_row_per_task() -> None:
 def test_format_fields_take_a_suffix_and_a_width() -> None:
     lines = jobview.format_fields_lines(array_records()[:2], "JobID:\x1f,arraytaskid:\x1f,State:.9", True, NOW)
     assert lines == ["JOBID\x1fARRAY_TASK_ID\x1f    STATE", "12\x1f3-15%4\x1f  PENDING", "13\x1f1\x1f  RUNNING"]
-    assert jobview.format_fields_lines(array_records()[3:], "name,username", False, NOW) == ["plain                bob"]
+    # Slurm's -O columns are 20 wide with no space between them, the last one padded too
+    assert jobview.format_fields_lines(array_records()[3:], "name,username", False, NOW) == [
+        "plain".ljust(20) + "bob".ljust(20)
+    ]
 
 
 def test_an_unknown_format_field_is_one_line() -> None:
@@ -69,8 +72,9 @@ def cluster(monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["-h", "-o", "%i"], "12_[3-15%4]\n12_1\n12_2\n20\n"),
-        (["-h", "-r", "-o", "%i", "-t", "R"], "12_1\n12_2\n"),
+        # equal priorities: the latest start first (Slurm sorts by start time before its -S keys)
+        (["-h", "-o", "%i"], "12_[3-15%4]\n12_2\n12_1\n20\n"),
+        (["-h", "-r", "-o", "%i", "-t", "R"], "12_2\n12_1\n"),
         (["-h", "-j", "13,20", "-o", "%i"], "12_1\n20\n"),
         (["-h", "-j", "12_2", "-o", "%i %T"], "12_2 RUNNING\n"),
         (

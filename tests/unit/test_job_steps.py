@@ -194,19 +194,30 @@ def test_bad_step_input_is_one_line_and_a_nonzero_exit(argv, expected, capsys, m
 
 
 def test_squeue_s_shows_steps_in_slurms_layout() -> None:
-    from spur_hpc.cli import stepview
+    from spur_hpc.cli import stepview, units
     from spur_hpc.proto import slurm_pb2 as pb
 
     job = pb.Job(job_id=12, spec=pb.JobSpec(user="alice", partition="debug"), state=pb.RUNNING)
     step = pb.Step(step_id="0", name="python3", state=pb.RUNNING, nodes=["n1", "n2"], tasks=4, start_time=100.0)
     lines = stepview.squeue_step_lines([(job, step)], True, 165.0)
     assert lines == [
-        "         STEPID     NAME PARTITION     USER       TIME NODELIST",
-        "           12.0  python3     debug    alice       1:05 n[1-2]",
+        "         STEPID     NAME PARTITION     USER      TIME NODELIST",
+        "           12.0  python3     debug    alice      1:05 n[1-2]",
     ]
-    shown = stepview.show_step_lines(job, step, 165.0)
-    assert shown[0].startswith("StepId=12.0 UserId=alice(0) ")
-    assert "   Nodes=2 CPUs=4 Tasks=4 Name=python3" in shown
+    job.spec.uid, job.spec.memory_mb = 1000, 2048
+    assert stepview.show_step_lines(job, step, 165.0) == [  # Slurm 22.05's step record
+        f"StepId=12.0 UserId=1000 StartTime={units.format_timestamp(100.0)} TimeLimit=UNLIMITED",
+        "   State=RUNNING Partition=debug NodeList=n[1-2]",
+        "   Nodes=2 CPUs=4 Tasks=4 Name=python3 Network=(null)",
+        "   TRES=cpu=4,mem=4G,node=2",
+        "   ResvPorts=(null)",
+        "   CPUFreqReq=Default Dist=Block",
+        "   SrunHost:Pid=(null):0",
+    ]
+    batch = pb.Step(step_id="batch", name="batch", state=pb.COMPLETED, nodes=["n1"], tasks=1, exit_code=3)
+    shown = stepview.show_step_lines(job, batch, 165.0)
+    assert shown[2:4] == ["   Nodes=1 CPUs=0 Tasks=1 Name=batch Network=(null)", "   TRES=(null)"]
+    assert shown[-1] == "   ExitCode=3:0 EndTime=Unknown"  # an ended step (Slurm no longer lists those)
 
 
 def test_srun_is_refused_with_one_line_while_the_cluster_runs_wal_level_2() -> None:

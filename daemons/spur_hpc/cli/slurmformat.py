@@ -83,10 +83,13 @@ def parse(program: str, text: str, letters: dict[str, Any]) -> list[Column]:
 DEFAULT_FIELD_WIDTH = 20  # a -O field without :size
 
 
-def parse_fields(program: str, text: str, fields: dict[str, tuple[str, str]]) -> tuple[list[Column], dict[str, str]]:
+def parse_fields(
+    program: str, text: str, fields: dict[str, tuple[str, str]], separator: str = " "
+) -> tuple[list[Column], dict[str, str]]:
     """squeue/sinfo -O 'JobID:\x1f,State:.10,Name': each item type[:[.][size][suffix]], type one of fields
     (lower-case name -> (title, key)). No ':size': 20 wide; an empty size: as wide as the value; the suffix is
-    copied after the value (Open OnDemand splits on it). -> (columns keyed by key, titles by key)."""
+    copied after the value (Open OnDemand splits on it), else `separator` follows a sized column (squeue's
+    columns touch: its -O widths include the space). -> (columns keyed by key, titles by key)."""
     columns: list[Column] = []
     titles: dict[str, str] = {}
     for item in text.split(","):
@@ -108,8 +111,8 @@ def parse_fields(program: str, text: str, fields: dict[str, tuple[str, str]]) ->
         columns.append(Column(key, width or None, right))
         if suffix:
             columns.append(Column("", None, False, suffix))
-        elif not colon or width:
-            columns.append(Column("", None, False, " "))
+        elif separator and (not colon or width):
+            columns.append(Column("", None, False, separator))
     return columns, titles
 
 
@@ -126,9 +129,11 @@ def render(
     value_of: Callable[[str, Any], str],
     titles: dict[str, str],
     header: bool = True,
+    strip: bool = True,
 ) -> list[str]:
     """Lines of output (header first when asked); value_of(letter, row) gives a cell's text, shown with its
-    control characters escaped (a job name with a newline would forge a row); the format's own text is kept."""
+    control characters escaped (a job name with a newline would forge a row); the format's own text is kept.
+    strip=False keeps the spaces that end a line (squeue pads its last column as Slurm's does)."""
     cells = [[printable(value_of(c.letter, row)) if c.letter else c.literal for c in columns] for row in rows]
     widths: list[int | None] = []
     for index, column in enumerate(columns):
@@ -137,18 +142,21 @@ def render(
             widths.append(max(longest, column.width or 0))
         else:
             widths.append(column.width)
+    # not str.isspace: \x1f, a delimiter Open OnDemand splits on, is "space" to it
+    end = (lambda line: line.rstrip(" ")) if strip else (lambda line: line)
     lines = []
     if header:
-        lines.append(
-            "".join(
-                fit(titles[c.letter], widths[i], c.right) if c.letter else c.literal for i, c in enumerate(columns)
-            ).rstrip(" ")  # not str.isspace: \x1f, a delimiter Open OnDemand splits on, is "space" to it
+        titles_line = "".join(
+            fit(titles[c.letter], widths[i], c.right) if c.letter else c.literal for i, c in enumerate(columns)
         )
+        lines.append(end(titles_line))
     for row_cells in cells:
         lines.append(
-            "".join(
-                fit(cell, widths[i], c.right) if c.letter else cell
-                for i, (c, cell) in enumerate(zip(columns, row_cells, strict=True))
-            ).rstrip(" ")  # not str.isspace: \x1f, a delimiter Open OnDemand splits on, is "space" to it
+            end(
+                "".join(
+                    fit(cell, widths[i], c.right) if c.letter else cell
+                    for i, (c, cell) in enumerate(zip(columns, row_cells, strict=True))
+                )
+            )
         )
     return lines

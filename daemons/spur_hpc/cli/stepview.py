@@ -4,15 +4,17 @@ scontrol show step N.M. The steps come in each Job message's `steps` (docs/contr
 from __future__ import annotations
 
 from spur_hpc import model
-from spur_hpc.cli import units
+from spur_hpc.cli import jobview, units
 from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# squeue -s: Slurm's "%.15i %.8j %.9P %.8u %.9M %N"
 STEP_COLUMNS = (("STEPID", 15, True), ("NAME", 8, True), ("PARTITION", 9, True), ("USER", 8, True),
-                ("TIME", 10, True), ("NODELIST", 0, False))  # fmt: skip
+                ("TIME", 9, True), ("NODELIST", 0, False))  # fmt: skip
+BATCH_STEP_NUMBER = 0xFFFFFFFB  # Slurm's number for a batch step: squeue -s sorts 12.0 and 12.1 before 12.batch
 
 
 def state_name(value: Any) -> str:
@@ -25,6 +27,20 @@ def state_name(value: Any) -> str:
 
 def step_label(job: Any, step: Any) -> str:
     return f"{job.job_id}.{step.step_id}"
+
+
+def squeue_step_label(job: Any, step: Any) -> str:
+    """squeue -s names an array task's steps after the array: 7_0.batch (scontrol show step keeps 8.batch)."""
+    if job.array_job_id and not job.array_pending and job.array_task_id >= 0:
+        return f"{job.array_job_id}_{job.array_task_id}.{step.step_id}"
+    return step_label(job, step)
+
+
+def step_order(pair: tuple[Any, Any]) -> tuple[str, int, int]:
+    """squeue -s's order, Slurm's "P,i": partition, then job id, then step number (the batch step last)."""
+    job, step = pair
+    number = int(step.step_id) if step.step_id.isdigit() else BATCH_STEP_NUMBER
+    return jobview.partition(job), job.job_id, number
 
 
 def parse_step_reference(text: str) -> tuple[int, str]:
@@ -54,7 +70,7 @@ def squeue_step_lines(pairs: list[tuple[Any, Any]], header: bool, now: float) ->
     for job, step in pairs:
         elapsed = max(0.0, (step.end_time or now) - step.start_time) if step.start_time else 0.0
         values = (
-            step_label(job, step),
+            squeue_step_label(job, step),
             step.name,
             job.spec.partition or "default",
             job.spec.user or str(job.spec.uid),
@@ -67,18 +83,35 @@ def squeue_step_lines(pairs: list[tuple[Any, Any]], header: bool, now: float) ->
     return lines
 
 
-def show_step_lines(job: Any, step: Any, now: float) -> list[str]:
-    """scontrol show step: Key=Value lines in Slurm's order."""
-    limit = job.spec.time_limit_secs
+def step_tres(job: Any, step: Any) -> str:
+    """TRES=cpu=N,mem=M,node=K of an srun step (mem is the job's per-node --mem on each node, 0 without it)."""
     cpus = max(1, step.tasks) * max(1, step.cpus_per_task)
+    nodes = max(1, len(step.nodes))
+    spec = job.spec
+    mem = spec.mem_per_cpu_mb * cpus if spec.mem_per_cpu_mb else spec.memory_mb * nodes
+    return f"cpu={cpus},mem={units.format_tres_memory(mem) if mem else 0},node={nodes}"
+
+
+def show_step_lines(job: Any, step: Any, now: float) -> list[str]:
+    """scontrol show step: Slurm 22.05's lines in its order. A step has no time limit of its own (UNLIMITED);
+    the batch step counts no CPUs and no TRES, as Slurm shows it; Spur records neither srun's host nor its pid,
+    nor reserved ports. A step that has ended (Slurm no longer shows those) adds its ExitCode and EndTime."""
+    batch = step.step_id == model.BATCH_STEP
+    cpus = 0 if batch else max(1, step.tasks) * max(1, step.cpus_per_task)
+    dist = "" if batch else " Dist=" + ("Cyclic" if step.tasks <= max(1, len(step.nodes)) else "Block")
     lines = [
-        f"StepId={step_label(job, step)} UserId={job.spec.user}({job.spec.uid}) "
-        f"StartTime={units.format_timestamp(step.start_time)} "
-        f"TimeLimit={units.format_limit(limit, clock=True) if limit else 'UNLIMITED'}",
+        f"StepId={step_label(job, step)} UserId={job.spec.uid} StartTime={units.format_timestamp(step.start_time)} "
+        "TimeLimit=UNLIMITED",
         f"   State={state_name(step.state)} Partition={job.spec.partition or 'default'} "
         f"NodeList={model.compress_hostlist(list(step.nodes))}",
-        f"   Nodes={len(step.nodes)} CPUs={cpus} Tasks={step.tasks} Name={step.name}",
-        f"   ExitCode={step.exit_code}:{step.signal} EndTime={units.format_timestamp(step.end_time)}"
-        + (f" Reason={step.reason}" if step.reason else ""),
+        f"   Nodes={len(step.nodes)} CPUs={cpus} Tasks={step.tasks} Name={step.name} Network=(null)",
+        f"   TRES={'(null)' if batch else step_tres(job, step)}",
+        "   ResvPorts=(null)",
+        f"   CPUFreqReq=Default{dist}",
+        "   SrunHost:Pid=(null):0",
     ]
+    if state_name(step.state) != model.RUNNING:
+        lines.append(f"   ExitCode={step.exit_code}:{step.signal} EndTime={units.format_timestamp(step.end_time)}")
+        if step.reason:
+            lines[-1] += f" Reason={step.reason}"
     return [printable(line) for line in lines]
