@@ -17,9 +17,9 @@ description:
   - The release is identified by its content (the build hash), so re-running with the same release changes
     nothing, and a rebuilt release with the same version is a change.
   - With O(state=staged), installs O(src) the same way beside the running release and checks that every command
-    of it answers C(--version) with the release's build, but switches nothing and removes nothing: what runs is
-    untouched. A release already complete in the prefix is only checked. A later O(state=current) then only
-    switches the links.
+    of it answers C(--version) with the release's build, but switches nothing, so what runs is untouched (only
+    releases that neither the links nor a running process use are removed). A release already complete in the
+    prefix is only checked. A later O(state=current) then only moves the links.
   - With O(state=rolled_back), if the release is current, C(PREFIX/current) goes back to C(PREFIX/previous);
     if it is not current there is nothing to do.
   - The installing is done by the installer inside the release's own wheel, so the host needs only a Python of
