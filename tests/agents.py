@@ -141,9 +141,10 @@ class AgentProc:
         heartbeat_timeout: int = 60,
         extra: str = "",
         cpus: int = 4,
+        ip: str | None = None,
     ) -> None:
         self.root = root
-        self.ip = next_agent_ip()
+        self.ip = ip or next_agent_ip()  # several agents may share one address (on ports of their own)
         self.name = name or unique_node("a")
         self.grpc_port = free_port(self.ip)
         self.probe_port = free_port(self.ip)

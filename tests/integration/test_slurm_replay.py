@@ -99,9 +99,11 @@ def spur_side(make_cluster, tmp_path: Path, pg_database, pg_server):
     for part, nodes in session.PARTITIONS.items():
         for node in nodes:
             in_part = f'partition = "{part}"'
-            agents.append(
-                AgentProc(tmp_path / node, cluster.hosts, name=node, cpus=session.CPUS, extra=in_part).start()
+            # every node on 127.0.0.1 with a port of its own, as the Slurm peer's NodeAddr=127.0.0.1 Port=...
+            agent = AgentProc(
+                tmp_path / node, cluster.hosts, name=node, cpus=session.CPUS, extra=in_part, ip=session.NODE_ADDR
             )
+            agents.append(agent.start())
     work = tmp_path / "work"
     work.mkdir()
     for name, text in session.FILES.items():

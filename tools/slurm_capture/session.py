@@ -16,6 +16,7 @@ NODES = ["n1", "n2", "n3", "n4"]
 PARTITIONS = {"debug": ["n1", "n2"], "long": ["n3", "n4"]}  # debug is the default; a node is in one partition
 DEFAULT_PARTITION = "debug"
 CPUS = 4
+NODE_ADDR = "127.0.0.1"  # every node's address on both sides; each node has a port of its own
 MEMORY_MB = 4096  # Spur's test agents declare 4096 MB; Slurm's nodes are configured alike (config_overrides)
 PARTITION_LIMITS = {"debug": "MaxTime=60", "long": "MaxTime=INFINITE"}
 
@@ -284,7 +285,7 @@ def capture_names() -> list[str]:
 
 def slurm_node_lines() -> str:
     """slurm.conf NodeName and PartitionName lines for the peer ({port:NAME}: that node's slurmd port)."""
-    lines = [f"NodeName={n} NodeAddr=127.0.0.1 Port={{port:{n}}} CPUs={CPUS} RealMemory={MEMORY_MB}" for n in NODES]
+    lines = [f"NodeName={n} NodeAddr={NODE_ADDR} Port={{port:{n}}} CPUs={CPUS} RealMemory={MEMORY_MB}" for n in NODES]
     for part, nodes in PARTITIONS.items():
         default = " Default=YES" if part == DEFAULT_PARTITION else ""
         lines.append(f"PartitionName={part} Nodes={','.join(nodes)}{default} {PARTITION_LIMITS[part]} State=UP")
