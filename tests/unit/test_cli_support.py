@@ -38,6 +38,7 @@ class ClusterState:
         self.cancel_tasks: list[tuple[int, str]] = []  # (job id, array_tasks) of every CancelJob received
         self.cancel_steps: list[tuple[int, str]] = []  # (job id, step_id) of every CancelJob received
         self.updates: list[pb.UpdateJobRequest] = []  # every UpdateJob and RequeueJob received
+        self.partitions: list[pb.Partition] | None = None  # ListPartitions' answer; None: UNIMPLEMENTED (an old one)
         self.requeues: list[pb.RequeueJobRequest] = []
 
 
@@ -89,6 +90,14 @@ class FakeController(pb_grpc.SlurmControllerServicer):
             nodes = [n for n in self.state.nodes.values() if not request.names or n.name in request.names]
             nodes = [n for n in nodes if not request.states or n.state in request.states]
             return pb.ListNodesReply(nodes=nodes)
+
+    def ListPartitions(self, request, context):
+        self._record("ListPartitions")
+        if self.state.partitions is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        return pb.ListPartitionsReply(
+            partitions=[p for p in self.state.partitions if not request.names or p.name in request.names]
+        )
 
     def GetNode(self, request, context):
         self._record("GetNode")

@@ -351,3 +351,22 @@ def test_the_listing_follows_nodes_that_come_or_declare_another_partition():
     assert [(p.name, p.nodes) for p in parts.listing(s.nodes)] == [("default", ("n1",)), ("gpu", ("n2",))]
     s.nodes["n1"]["partition"] = "gpu"
     assert [(p.name, p.nodes) for p in parts.listing(s.nodes)] == [("gpu", ("n1", "n2")), ("default", ())]
+
+
+def test_squeue_leaves_out_jobs_of_hidden_partitions_unless_a_p_or_j(monkeypatch, capsys):
+    from test_cli_support import fake_cluster
+
+    from spur_hpc.cli import slurm
+    from spur_hpc.proto import slurm_pb2 as pb
+
+    def ids(*argv: str) -> str:
+        assert slurm.squeue_main(["-h", "-o", "%i", *argv]) == 0
+        return capsys.readouterr().out.replace("\n", " ").strip()
+
+    with fake_cluster(monkeypatch) as cluster:
+        cluster.add_job(1, state=pb.PENDING, spec=pb.JobSpec(name="a", user="alice", nodes=1, partition="debug"))
+        cluster.add_job(2, state=pb.PENDING, spec=pb.JobSpec(name="b", user="alice", nodes=1, partition="secret"))
+        assert ids() == "1 2"  # a controller without ListPartitions: nothing is known to be hidden
+        cluster.state.partitions = [pb.Partition(name="debug"), pb.Partition(name="secret", hidden=True)]
+        assert ids() == "1"
+        assert ids("-a") == ids("-p", "secret,debug") == ids("-j", "1,2") == "1 2"

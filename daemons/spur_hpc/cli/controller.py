@@ -214,3 +214,16 @@ class ControllerClient:
             f"no controller could answer {method} ({policy.summary()}); check that spurctld runs and that "
             "SPUR_CONTROLLER_ADDR or [controller] hosts point at it",
         )
+
+
+def list_partitions(client: ControllerClient, names: list[str] | None = None) -> Any:
+    """ListPartitions' reply (every partition, or those named, in configured order), or None from a controller of
+    a release before it (the caller then takes the partitions the nodes name, nodeview.partitions_of)."""
+    if not client.has_method("ListPartitions"):
+        return None
+    try:
+        return client.call("ListPartitions", {"names": list(names or [])})
+    except grpcwire.RpcError as exc:
+        if exc.code != "UNIMPLEMENTED":
+            raise
+        return None

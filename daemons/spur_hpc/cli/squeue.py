@@ -38,7 +38,7 @@ OPTIONS = [
         "FORMAT",
         help=f"columns as % codes (default \"{jobview.SQUEUE_DEFAULT_FORMAT}\"); 'json': Spur's own JSON",
     ),
-    Option("jobs", "j", "jobs", "IDS", "only these job ids (comma-separated); finished jobs included", repeat=True),
+    Option("jobs", "j", "jobs", "IDS", "only these job ids (comma-separated; a finished one needs -t)", repeat=True),
     Option("users", "u", "user", "USERS", "only jobs of these users (comma-separated)", repeat=True),
     Option("me", "", "me", help="only my jobs"),
     Option("states", "t", "states", "STATES", "only jobs in these states (PD,R,CD,... or names; 'all')", repeat=True),
@@ -52,7 +52,7 @@ OPTIONS = [
     Option("Format", "O", "Format", "FIELDS", "columns by name: JobID,State:.10,Name:\\x1f (type[:[.][size][suffix]])"),
     commandline.CLUSTERS_OPTION,
     Option("noconvert", "", "noconvert", help="accepted for compatibility (sizes are shown in megabytes)"),
-    Option("all", "a", "all", help="accepted for compatibility (every partition is shown)"),
+    Option("all", "a", "all", help="jobs of hidden partitions too"),
     Option("json", "", "json", "VERSION", help=slurmjson.JSON_OPTION_HELP, optional=True),
     Option("yaml", "", "yaml", "VERSION", help=slurmjson.YAML_OPTION_HELP, optional=True),
     Option("steps", "s", "steps", "STEPS", "job steps instead of jobs (optionally only N.M,...)", optional=True),
@@ -285,6 +285,14 @@ def show_steps(client: Any, request: dict[str, Any], values: dict[str, Any]) -> 
     return 0
 
 
+def hidden_partitions(client: Any) -> set[str]:
+    """The partitions whose jobs squeue leaves out without -a (Hidden=YES; none from an older controller)."""
+    from spur_hpc.cli.controller import list_partitions
+
+    reply = list_partitions(client)
+    return {p.name for p in reply.partitions if p.hidden} if reply is not None else set()
+
+
 def main(argv: list[str], program: str = PROGRAM) -> int:
     try:
         return list_jobs(argv, program)
@@ -334,6 +342,9 @@ def list_jobs(argv: list[str], program: str = PROGRAM) -> int:
         raise SlurmError("slurm_load_jobs error: Invalid job id specified")
     now = time.time()
     jobs = listed_order(list(reply.jobs), request["job_ids"])
+    if not (values["all"] or values["partitions"] or request["job_ids"]):  # Slurm: -a, -p or -j shows them
+        hidden = hidden_partitions(client)
+        jobs = [job for job in jobs if job.spec.partition not in hidden] if hidden else jobs
     if shown_states is not None:
         jobs = [job for job in jobs if jobview.state_name(job) in shown_states]
     accounts = set(gather(values["accounts"]))
