@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli_support import fake_cluster
 
-from spur_hpc.cli import slurm, slurmjson
+from spur_hpc.cli import nodeview, slurm, slurmjson
 from spur_hpc.proto import slurm_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tools.slurm_capture
@@ -227,3 +227,28 @@ def test_no_listing_carries_a_script_or_an_environment(monkeypatch, capsys) -> N
             code, out, _err = run(entry, argv, capsys)
             assert code == 0 and "TOKEN" not in out and "secret" not in out
         assert all(not call.endswith("GetJob") for _a, call in cluster.state.calls)
+
+
+def test_partitions_carry_their_limits_flags_and_their_nodes_cpus() -> None:
+    nodes = [pb.Node(name=f"n{i}", resources=pb.NodeResources(cpus=4, memory_mb=4096)) for i in (1, 2, 3)]
+    parts = [
+        nodeview.PartitionView(pb.Partition(name="debug", nodes=["n1", "n2"], is_default=True, max_time_secs=3600)),
+        nodeview.PartitionView(pb.Partition(name="long", nodes=["n3"], hidden=True, max_nodes=1, state="DRAIN")),
+    ]
+    debug, long = slurmjson.partition_records(nodes, parts)
+    assert (debug["flags"], debug["max_time_limit"], debug["maximum_nodes_per_job"]) == (["default"], 60, -1)
+    assert (debug["nodes"], debug["total_cpus"], debug["tres"]) == ("n[1-2]", 8, "cpu=8,mem=8G,node=2,billing=8")
+    assert (long["flags"], long["max_time_limit"], long["maximum_nodes_per_job"], long["state"]) == (
+        ["hidden"],
+        -1,
+        1,
+        "DRAIN",
+    )
+
+
+def test_command_is_the_batch_scripts_path(monkeypatch, capsys) -> None:
+    with fake_cluster(monkeypatch) as cluster:
+        cluster.add_job(1, spec=pb.JobSpec(name="a", user="root", command="/work/steps.sh"), state=pb.PENDING)
+        cluster.add_job(2, spec=pb.JobSpec(name="b", user="root"), state=pb.PENDING)  # --wrap
+        jobs = json.loads(run(slurm.squeue_main, ["--json"], capsys)[1])["jobs"]
+    assert [j["command"] for j in jobs] == ["/work/steps.sh", ""]

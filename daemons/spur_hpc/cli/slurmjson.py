@@ -183,7 +183,7 @@ def job_record(job: Any, cluster: str = "") -> dict[str, Any]:
         "burst_buffer_state": "",
         "cluster": spec.cluster_name or cluster,
         "cluster_features": "",
-        "command": "",
+        "command": getattr(spec, "command", ""),  # the batch script's path; "" for --wrap, as in Slurm
         "comment": spec.comment,
         "container": "",
         "contiguous": False,
@@ -418,22 +418,27 @@ def nodes_document(nodes: list[Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- partitions[]
 
 
-def partition_records(nodes: list[Any]) -> list[dict[str, Any]]:
-    """Partitions as slurmrestd's v0.0.38 /partitions gives them, from the nodes that name them."""
-    from spur_hpc.cli import nodeview
+def _minutes_or_unlimited(secs: int) -> int:
+    return secs // 60 if secs else -1  # slurmrestd writes INFINITE as -1
 
-    by_name: dict[str, list[Any]] = {}
-    for node in nodes:
-        for name in list(node.partitions) or [nodeview.partition(node)]:
-            by_name.setdefault(name, []).append(node)
+
+def partition_records(nodes: list[Any], partitions: list[Any] | None = None) -> list[dict[str, Any]]:
+    """Partitions (nodeview.PartitionView, as sinfo.list_partitions gives them; None: the ones the nodes imply)
+    as slurmrestd's v0.0.38 /partitions gives them; their CPUs and memory are their nodes'."""
+    if partitions is None:
+        from spur_hpc.cli import nodeview
+
+        partitions = nodeview.partitions_of(None, nodes)
+    by_name = {n.name: n for n in nodes}
     records = []
-    for name in sorted(by_name, key=lambda p: (p != nodeview.DEFAULT_PARTITION, p)):
-        members = by_name[name]
+    for part in partitions:
+        members = [by_name[name] for name in part.nodes if name in by_name]
         cpus = sum(n.resources.cpus for n in members)
         memory = sum(n.resources.memory_mb for n in members)
+        flags = (["default"] if part.is_default else []) + (["hidden"] if part.hidden else [])
         records.append(
             {
-                "flags": ["default"] if name == nodeview.DEFAULT_PARTITION else [],
+                "flags": flags,
                 "preemption_mode": ["disabled"],
                 "allowed_allocation_nodes": "",
                 "allowed_accounts": "",
@@ -442,25 +447,26 @@ def partition_records(nodes: list[Any]) -> list[dict[str, Any]]:
                 "alternative": "",
                 "billing_weights": "",
                 "default_memory_per_cpu": 0,
-                "default_time_limit": None,
+                # null: no DefaultTime of its own (the MaxTime applies)
+                "default_time_limit": part.default_time_secs // 60 if part.default_time_secs else None,
                 "denied_accounts": "",
                 "denied_qos": "",
                 "preemption_grace_time": 0,
                 "maximum_cpus_per_node": -1,
                 "maximum_memory_per_node": 0,
-                "maximum_nodes_per_job": -1,
-                "max_time_limit": -1,
-                "min nodes per job": 0,
-                "name": name,
-                "nodes": model.compress_hostlist([n.name for n in members]),
+                "maximum_nodes_per_job": part.max_nodes or -1,
+                "max_time_limit": _minutes_or_unlimited(part.max_time_secs or 0),
+                "min nodes per job": part.min_nodes or 0,
+                "name": part.name,
+                "nodes": model.compress_hostlist(list(part.nodes)) if part.nodes else "",
                 "over_time_limit": None,
-                "priority_job_factor": 1,
-                "priority_tier": 1,
+                "priority_job_factor": part.priority_job_factor or 1,
+                "priority_tier": part.priority_tier or 1,
                 "qos": "",
-                "state": "UP",
+                "state": part.state,
                 "total_cpus": cpus,
-                "total_nodes": len(members),
-                "tres": f"cpu={cpus},mem={memory_text(memory)},node={len(members)},billing={cpus}",
+                "total_nodes": len(part.nodes),
+                "tres": f"cpu={cpus},mem={memory_text(memory)},node={len(part.nodes)},billing={cpus}",
             }
         )
     return records
