@@ -318,6 +318,15 @@ def test_health_needs_the_same_leader_and_term_for_stable_for():
     assert tracker.observe(12.5, "a", 6, []) == []
 
 
+def test_health_of_a_leader_still_on_the_term_held_before_a_follower_restart_is_stable_at_once():
+    tracker = HealthTracker(stable_for=3, held_term=5)
+    assert tracker.observe(0.0, "a", 5, []) == []
+    assert tracker.observe(0.1, "a", 5, ["member c lags"]) == ["member c lags"]  # the other checks still hold
+    # an election happened meanwhile: its term waits stable_for as any other
+    assert "stable_for" in tracker.observe(1.0, "b", 6, [])[0]
+    assert tracker.observe(4.1, "b", 6, []) == []
+
+
 def test_health_with_stable_for_zero_is_immediate():
     assert HealthTracker(0).observe(1.0, "a", 1, []) == []
 

@@ -134,7 +134,7 @@ class ClusterHealth:
     def run(self) -> dict:
         params = self.params
         connection = SpurConnection(params)
-        tracker = HealthTracker(params["stable_for"])
+        tracker = HealthTracker(params["stable_for"], params.get("held_term"))
         start = self.clock()
         deadline = start + params["wait_timeout"]
         try:

@@ -245,8 +245,11 @@ def highest_common_wal_level(members: list[str], member_info: dict) -> int | Non
 class HealthTracker:
     """Is the cluster healthy and has it kept the same leader and term for stable_for seconds?"""
 
-    def __init__(self, stable_for: float) -> None:
+    def __init__(self, stable_for: float, held_term: int | None = None) -> None:
         self.stable_for = stable_for
+        # A term the leader already held before the wait began (a follower's restart): still on it, the leader
+        # has held it at least that long, so it counts as stable at once.
+        self.held_term = held_term
         self.identity: tuple | None = None
         self.since: float | None = None
 
@@ -256,7 +259,7 @@ class HealthTracker:
         identity = (leader, term) if leader is not None and not problems else None
         if identity != self.identity:
             self.identity, self.since = identity, now
-        if identity is not None and now - self.since < self.stable_for:
+        if identity is not None and now - self.since < self.stable_for and term != self.held_term:
             unmet.append("leader %s has held term %s for %.1f s of the %.1f s asked (stable_for)" % (
                 leader, term, now - self.since, self.stable_for))
         return unmet

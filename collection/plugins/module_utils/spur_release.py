@@ -38,6 +38,10 @@ try:
                                        Path(args["bin_dir"]) if args["bin_dir"] else None,
                                        args["python"] or None, log=quiet)
         out = {"ok": True, "changed": done.changed, "release_id": done.release_id, "message": done.message}
+    elif args["action"] == "switch":
+        done = install.switch_release(Path(args["prefix"]), args["release_id"],
+                                      Path(args["bin_dir"]) if args["bin_dir"] else None, log=quiet)
+        out = {"ok": True, "changed": done.changed, "release_id": done.release_id, "message": done.message}
     elif args["action"] == "stage":
         if not hasattr(install, "stage_release"):
             raise ReleaseError("this release's installer cannot stage a release beside the running one; "
@@ -132,7 +136,9 @@ class ReleaseInstall:
         if params["state"] == "current":
             changed = before["current"] != release_id or release_id not in before["installed"]
             if not self.check_mode:
-                changed = self.runner("install", release)["changed"]
+                # A staged release (complete in the prefix) was verified when it was staged: only the links move.
+                staged = release_id in before["installed"] and self.installer_can("switch_release", release)
+                changed = self.runner("switch" if staged else "install", release)["changed"]
         elif params["state"] == "staged":
             changed = release_id not in before["installed"]
             if not self.check_mode:
@@ -175,7 +181,8 @@ class ReleaseInstall:
             release = dict(wheel=self.installed_site_packages(wheel))
         python = params.get("python") or sys.executable
         args = dict(action=action, wheel=release["wheel"], src=params.get("src"), prefix=params["prefix"],
-                    bin_dir=params.get("bin_dir"), python=params.get("python"))
+                    bin_dir=params.get("bin_dir"), python=params.get("python"),
+                    release_id=release.get("release_id"))
         try:
             done = subprocess.run([python, "-c", _RUNNER, json.dumps(args)], capture_output=True, text=True,
                                   check=False, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
@@ -192,6 +199,16 @@ class ReleaseInstall:
         if not out.get("ok"):
             raise SpurReleaseError(out.get("error") or "the release installer failed")
         return out
+
+    @staticmethod
+    def installer_can(function: str, release: dict) -> bool:
+        """Whether the installer in the release's wheel has this function (releases built before it do not)."""
+        try:
+            with zipfile.ZipFile(release["wheel"]) as archive:
+                text = archive.read("spur_hpc/release/install.py").decode("utf-8", "replace")
+        except (OSError, KeyError, zipfile.BadZipFile):
+            return False
+        return re.search(r"^def %s\(" % re.escape(function), text, re.M) is not None
 
     @staticmethod
     def installed_site_packages(lib: str) -> str:

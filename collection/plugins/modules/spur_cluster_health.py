@@ -33,6 +33,11 @@ options:
       - The most entries a member's applied index may be behind the leader's commit index.
     type: int
     default: 100
+  held_term:
+    description:
+      - A term the leader held before this wait began (the term seen before a follower restarted). A leader still
+        on that term has held it since then, so O(stable_for) is met at once; any other term waits O(stable_for).
+    type: int
   running:
     description:
       - Controllers (by name) that must run a given release, each as a dict with C(version) and C(build).
@@ -130,6 +135,7 @@ def argument_spec() -> dict:
     spec.update(
         stable_for=dict(type="float", default=3),
         max_lag=dict(type="int", default=100),
+        held_term=dict(type="int"),
         running=dict(type="dict", default={}),
         expected_nodes=dict(type="list", elements="str", default=[]),
         wait_timeout=dict(type="float", default=60),
