@@ -6,10 +6,11 @@ refusals for an unknown, a DRAIN or an INACTIVE partition, EnforcePartLimits."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_conf import ConfigError
+from test_conf import ConfigError, controller_toml, load_text, secret  # noqa: F401 (secret: a fixture)
 from test_placement import rec, register, spec
 
 from spur_hpc import conf, model
@@ -370,3 +371,21 @@ def test_squeue_leaves_out_jobs_of_hidden_partitions_unless_a_p_or_j(monkeypatch
         cluster.state.partitions = [pb.Partition(name="debug"), pb.Partition(name="secret", hidden=True)]
         assert ids() == "1"
         assert ids("-a") == ids("-p", "secret,debug") == ids("-j", "1,2") == "1 2"
+
+
+def test_sighup_reads_the_partitions_again_and_a_bad_file_keeps_them(tmp_path, secret, caplog):  # noqa: F811
+    from spur_hpc.controller.daemon import ControllerDaemon
+
+    daemon = ControllerDaemon()
+    daemon.conf = load_text(tmp_path, controller_toml(secret) + REPLAY)
+    daemon.service = service()
+    path = Path(daemon.conf.path)
+    path.write_text(controller_toml(secret) + REPLAY.replace('max_time = "60"', 'max_time = "60"\nstate = "DOWN"'))
+    daemon.reload()
+    assert daemon.service.list_partitions(["debug"])[0].state == "DOWN"
+    path.write_text(controller_toml(secret) + '[partitions.x]\nstate = "OFF"\n')
+    daemon.reload()
+    assert daemon.service.list_partitions(["debug"])[0].state == "DOWN"
+    assert (
+        "[partitions.x] state: unknown value 'OFF'" in caplog.text and "the partitions stay as they were" in caplog.text
+    )

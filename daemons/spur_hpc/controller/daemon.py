@@ -16,7 +16,7 @@ import grpc
 
 from spur_hpc import auth, buildinfo, grpcutil
 from spur_hpc.accounting import SchemaTooNewError
-from spur_hpc.conf import Config, load, read_secret
+from spur_hpc.conf import Config, ConfigError, load, read_secret
 from spur_hpc.controller import bootstrap, errors, storage, wal
 from spur_hpc.controller.accounting_link import AccountingLink
 from spur_hpc.controller.authz import Authorizer
@@ -98,6 +98,21 @@ class ControllerDaemon(MemberStatus, Daemon):
                 "and fails its jobs; 30 s or more is safer (60 is the default)",
                 c.heartbeat_timeout_secs,
             )
+
+    def reload(self) -> None:
+        """SIGHUP: read spur.conf again and apply its [partitions.NAME] tables and [scheduler] section, as
+        `scontrol reconfigure` does for Slurm's partitions; every other key takes a restart. A file that does
+        not load keeps the partitions as they were."""
+        try:
+            fresh = load(self.conf.path, role=self.conf_role)
+        except ConfigError as exc:
+            log.error("SIGHUP: %s; the partitions stay as they were", exc)
+            return
+        if self.service is not None:  # only the partitions: the other keys stay as this start read them
+            self.service.set_partitions(fresh)
+        log.info(
+            "SIGHUP: %d [partitions] table(s) and [scheduler] read again from %s", len(fresh.partitions), fresh.path
+        )
 
     # ---------------------------------------------------------------- start
 

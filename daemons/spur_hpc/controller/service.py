@@ -53,12 +53,12 @@ LEVEL3_OPTIONS = (
 )
 
 
-
 def shown_state(job: dict[str, Any]) -> str:
     """The state clients see: a running job stopped by scontrol suspend (this run of it) is SUSPENDED."""
     if job["state"] == RUNNING and job.get("suspended") and job.get("suspended") == job.get("attempt"):
         return model.SUSPENDED
     return job["state"]
+
 
 class ControllerService:
     def __init__(
@@ -75,13 +75,16 @@ class ControllerService:
         self.timeout = conf.controller.write_timeout_secs
         # Slurm's JobRequeue, resolved into each job at submit (a stand-in config of a test may lack the key)
         self.requeue_default = getattr(conf.controller, "job_requeue", True)
-        # [partitions.NAME] tables (or the agents' partitions): the leader decides with them (controller/partitions.py)
-        self.partitions = partitions.PartitionTable.from_conf(conf)
-        scheduler_conf = getattr(conf, "scheduler", None)
-        self.enforce_part_limits = getattr(scheduler_conf, "enforce_part_limits", "NO")
+        self.set_partitions(conf)
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
         # Whether a node's agent still heartbeats (the leader's liveness); unset: every registered node is live.
         self.node_alive: Callable[[str], bool] | None = None
+
+    def set_partitions(self, conf: Config) -> None:
+        """[partitions.NAME] tables (or the agents' partitions) and [scheduler] enforce_part_limits: the leader
+        decides with them (controller/partitions.py); at start, and again on SIGHUP."""
+        self.partitions = partitions.PartitionTable.from_conf(conf)
+        self.enforce_part_limits = getattr(getattr(conf, "scheduler", None), "enforce_part_limits", "NO")
 
     # -------------------------------------------------------------- the write path
 
