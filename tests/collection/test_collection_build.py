@@ -15,6 +15,48 @@ from collection_helpers import COLLECTION, REPO, VENV_BIN, ansible_env
 from prereqs import require
 
 MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
+PLAYBOOKS = sorted(p.stem for p in (COLLECTION / "playbooks").glob("*.yml"))
+
+
+def declared_dependencies() -> dict[str, str]:
+    import yaml
+
+    return dict(yaml.safe_load((COLLECTION / "galaxy.yml").read_text()).get("dependencies") or {})
+
+
+def link_dependencies(collections: Path) -> None:
+    """Put galaxy.yml's dependencies, and nothing else, into a collections directory: what `ansible-galaxy
+    collection install` fetches for a user (offline here, so linked from the venv's ansible package)."""
+    import ansible_collections
+
+    for fqcn in declared_dependencies():
+        namespace, name = fqcn.split(".")
+        found = [
+            Path(p) / namespace / name for p in ansible_collections.__path__ if (Path(p) / namespace / name).is_dir()
+        ]
+        require(bool(found), f"{fqcn} (a dependency in galaxy.yml) is not installed", "pip install 'ansible>=12,<13'")
+        (collections / "ansible_collections" / namespace).mkdir(parents=True, exist_ok=True)
+        (collections / "ansible_collections" / namespace / name).symlink_to(found[0])
+
+
+def only(collections: Path) -> dict[str, str]:
+    """Environment in which Ansible sees the collections under `collections` and ansible-core's, nothing else."""
+    return {"ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false"}
+
+
+def test_every_collection_the_content_uses_is_declared():
+    import re
+
+    allowed = {"spur.cluster", "ansible.builtin", *declared_dependencies()}
+    used: dict[str, str] = {}
+    for path in sorted(COLLECTION.rglob("*.yml")) + sorted(COLLECTION.rglob("*.j2")):
+        if "tests" in path.relative_to(COLLECTION).parts or "changelogs" in path.parts:
+            continue
+        for match in re.finditer(r"\b([a-z_]+)\.([a-z_]+)\.[a-z_]+\b", path.read_text()):
+            fqcn = f"{match[1]}.{match[2]}"
+            if fqcn not in allowed and match[1] in ("community", "ansible", "kubernetes", "containers", "amazon"):
+                used.setdefault(fqcn, str(path.relative_to(COLLECTION)))
+    assert not used, f"collections used but not in galaxy.yml's dependencies: {used}"
 
 
 def run(argv: list[str], tmp_path: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
@@ -37,20 +79,38 @@ def test_collection_builds_and_installs(tmp_path):
     assert "plugins/doc_fragments/connection.py" in members
     assert not any(".ansible-lint" in m or "__pycache__" in m or m.startswith("tests/output") for m in members)
 
+    # Installed as a user does, beside ansible-core and the dependencies galaxy.yml declares, and nothing else
+    # (not the test tree, where spur.cluster is "installed" already, nor the venv's ansible package).
     dest = tmp_path / "installed"
-    installed = run(
-        [str(VENV_BIN / "ansible-galaxy"), "collection", "install", str(artifact), "-p", str(dest), "--offline"],
-        tmp_path,
-        env={"ANSIBLE_COLLECTIONS_PATH": str(dest)},  # not the test tree, where spur.cluster is "installed" already
-    )
+    install = [str(VENV_BIN / "ansible-galaxy"), "collection", "install", str(artifact), "-p", str(dest), "--offline"]
+    missing = run(install, tmp_path, env=only(dest))
+    for fqcn in declared_dependencies():  # offline, the declared dependency must be there first: it is declared
+        assert missing.returncode != 0 and fqcn in missing.stdout + missing.stderr, missing.stdout + missing.stderr
+    link_dependencies(dest)
+    installed = run(install, tmp_path, env=only(dest))
     assert installed.returncode == 0, installed.stderr
     root = dest / "ansible_collections" / "spur" / "cluster"
     assert (root / "plugins" / "modules" / "spur_node.py").is_file()
 
+    # Every playbook resolves every module, role and action it names there (a missing collection fails here).
+    for playbook in PLAYBOOKS:
+        checked = run(
+            [
+                str(VENV_BIN / "ansible-playbook"),
+                "--syntax-check",
+                f"spur.cluster.{playbook}",
+                "-i",
+                str(REPO / "inventory" / "local.yml"),
+            ],
+            tmp_path,
+            env=only(dest),
+        )
+        assert checked.returncode == 0, f"{playbook}: {checked.stdout[-2000:]}{checked.stderr[-2000:]}"
+
     listed = run(
         [str(VENV_BIN / "ansible-doc"), "-t", "module", "-l", "spur.cluster"],
         tmp_path,
-        env={"ANSIBLE_COLLECTIONS_PATH": str(dest)},
+        env=only(dest),
     )
     assert listed.returncode == 0, listed.stderr
     assert {f"spur.cluster.{m}" for m in MODULES} <= {line.split()[0] for line in listed.stdout.splitlines() if line}
@@ -70,7 +130,7 @@ def test_collection_builds_and_installs(tmp_path):
             "controllers=127.0.0.1:9 timeout=1",
         ],
         tmp_path,
-        env={"ANSIBLE_COLLECTIONS_PATH": str(dest)},
+        env=only(dest),
     )
     assert adhoc.returncode == 0, adhoc.stdout + adhoc.stderr
     assert '"one_leader": false' in adhoc.stdout and '"reachable": false' in adhoc.stdout
@@ -79,7 +139,12 @@ def test_collection_builds_and_installs(tmp_path):
 def test_ansible_lint_production_profile(tmp_path):
     lint = shutil.which("ansible-lint", path=str(VENV_BIN))
     require(lint is not None, "ansible-lint is not installed in the venv", "pip install -e '.[test]' installs it")
-    env = {"HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path / ".ansible")}
+    # With spur.cluster (this tree) and galaxy.yml's dependencies only, as a user who installed the collection.
+    collections = tmp_path / "collections"
+    (collections / "ansible_collections" / "spur").mkdir(parents=True)
+    (collections / "ansible_collections" / "spur" / "cluster").symlink_to(COLLECTION)
+    link_dependencies(collections)
+    env = {"HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path / ".ansible"), **only(collections)}
     proc = run([lint, "--offline", "--nocolor"], tmp_path, cwd=COLLECTION, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Profile 'production' was required, and it passed" in proc.stderr + proc.stdout
