@@ -167,3 +167,31 @@ def test_widths_cut_values_and_min_max_cells() -> None:
     assert run_sinfo(["-h", "-o", "%.3N|%2c|%m"], mixed_sizes) == "n[1|4+|100+\n"
     assert run_sinfo(["-h", "-e", "-o", "%N %c"], mixed_sizes) == "n1 4\nn2 8\n"  # -e: one line per size
     assert run_sinfo(["-h", "-O", "nodelist:4,cpus:.3|"], IDLE) == "n[1-  4|\n"
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch):
+    from test_cli_support import fake_cluster
+
+    with fake_cluster(monkeypatch) as fake:
+        for shown in IDLE:
+            fake.add_node(shown.name, **{f.name: v for f, v in shown.ListFields() if f.name != "name"})
+        fake.add_node("s1", partition="secret", partitions=["secret"])
+        yield fake
+
+
+def test_hidden_partitions_show_with_a_or_when_named(cluster, capsys) -> None:
+    parts = [pb.Partition(name=p.name, nodes=p.nodes, is_default=p.is_default, max_time_secs=p.max_time_secs,
+                          state="UP") for p in partitions()]  # fmt: skip
+    cluster.state.partitions = parts + [pb.Partition(name="secret", nodes=["s1"], state="UP", hidden=True)]
+    for args, shown in ((["-h", "-o", "%P %N"], "debug* n[1-2]\nlong n[3-4]\n"),
+                        (["-a", "-h", "-o", "%P %N"], "debug* n[1-2]\nlong n[3-4]\nsecret s1\n"),
+                        (["-p", "secret", "-h", "-o", "%R %l"], "secret infinite\n")):  # fmt: skip
+        assert slurm.sinfo_main(args) == 0
+        assert capsys.readouterr().out == shown, args
+
+
+def test_a_controller_without_list_partitions_gets_the_nodes_partitions(cluster, capsys) -> None:
+    assert cluster.state.partitions is None  # the fake answers UNIMPLEMENTED, as a controller before it
+    assert slurm.sinfo_main(["-h", "-o", "%P %N"]) == 0
+    assert capsys.readouterr().out == "debug n[1-2]\nlong n[3-4]\nsecret s1\n"  # no Default=YES: no `*`
