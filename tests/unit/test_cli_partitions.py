@@ -58,7 +58,31 @@ def test_scontrol_show_partition_one_line_each(cluster, capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("PartitionName=default AllowGroups=ALL") and out[1].startswith("PartitionName=gpu ")
     assert slurm.scontrol_main(["show", "partition", "nope"]) == 1
-    assert "Partition nope not found" in capsys.readouterr().err
+    assert capsys.readouterr().out == "Partition nope not found\n"  # on stdout, as Slurm's
+
+
+def test_show_partition_is_slurms_record_from_the_partitions_limits() -> None:
+    from spur_hpc.cli import partview
+
+    part = nodeview.PartitionView(pb.Partition(name="debug", nodes=["n1", "n2"], is_default=True, max_time_secs=3600,
+                                               max_nodes=2, state="DRAIN", priority_tier=2))  # fmt: skip
+    by_name = {n.name: n for n in nodes()}
+    by_name["n2"].resources.memory_mb = 4096
+    by_name["n1"].resources.memory_mb = 4096
+    assert partview.show_partition_lines(part, by_name) == [
+        "PartitionName=debug",
+        "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
+        "   AllocNodes=ALL Default=YES QoS=N/A",
+        "   DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        "   MaxNodes=2 MaxTime=01:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
+        "   Nodes=n[1-2]",
+        "   PriorityJobFactor=1 PriorityTier=2 RootOnly=NO ReqResv=NO OverSubscribe=NO",
+        "   OverTimeLimit=NONE PreemptMode=OFF",
+        "   State=DRAIN TotalCPUs=8 TotalNodes=2 SelectTypeParameters=NONE",
+        "   JobDefaults=(null)",
+        "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
+        "   TRES=cpu=8,mem=8G,node=2,billing=8",
+    ]
 
 
 def test_sinfo_answers_open_ondemands_question(cluster, capsys) -> None:

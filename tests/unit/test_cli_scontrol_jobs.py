@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from test_cli_support import fake_cluster
 
@@ -74,10 +77,18 @@ def test_show_config_prints_the_keys_clients_read(cluster, capsys) -> None:
     code, out, _err = run(["show", "config"], capsys)
     lines = out.splitlines()
     assert code == 0 and lines[0].startswith("Configuration data as of ")
-    keys = dict(line.split(" = ", 1) for line in lines[1:])
+    blank = lines.index("")  # then the controllers' ping lines, as Slurm ends show config
+    keys = dict(line.split(" = ", 1) for line in lines[1:blank])
     assert keys["ClusterName".ljust(23)] == "spur"
     assert keys["MinJobAge".ljust(23)] == "300 sec" and keys["MaxArraySize".ljust(23)] == "10001"
+    assert keys["SlurmdTimeout".ljust(23)] == "60 sec" and keys["AuthType".ljust(23)] == "auth/none"
     assert "SLURM_VERSION".ljust(23) in keys
+    # every key is one of Slurm 22.05's, in the order Slurm printed them (the captured show config)
+    golden = Path(__file__).parents[1] / "golden" / "slurm-22.05" / "027-scontrol-show-config.json"
+    slurm_keys = [line.split(" ", 1)[0] for line in json.loads(golden.read_text())["stdout"].splitlines()[1:]]
+    names = [line.split(" ", 1)[0] for line in lines[1:blank]]
+    assert [n for n in slurm_keys if n in names] == names
+    assert lines[blank + 1 :] and all(line.startswith("Slurmctld(") for line in lines[blank + 1 :])
 
 
 def test_show_job_has_the_array_and_option_lines() -> None:

@@ -143,38 +143,68 @@ def requeue(client: Any, command: str, args: list[str]) -> int:
 CONFIG_KEY_WIDTH = 23  # Slurm's "%-23s = %s"
 
 
-def config_lines(client: Any, now: float | None = None) -> list[str]:
-    """scontrol show config: the keys clients read (snakemake: MinJobAge, MaxArraySize), with Spur's values.
-    MinJobAge comes from spur.conf's [controller] when this host has it, else the default."""
-    import os
+def _secs(value: float, unit: str = "sec") -> str:
+    return f"{int(value)} {unit}"
 
-    from spur_hpc import buildinfo, conf
-    from spur_hpc.cli.controller import DEFAULT_CONF_PATH, controller_addresses
 
-    path = os.environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
-    min_job_age = conf.SCHEMA["controller"]["min_job_age_secs"].default
-    try:
-        min_job_age = conf.load(path, role="client").controller.min_job_age_secs
-    except (conf.ConfigError, OSError, AttributeError):
-        pass  # no readable spur.conf here (SPUR_CONTROLLER_ADDR): the default
-    info = client.call("GetClusterInfo")
+def config_pairs(conf: Any, info: Any, addresses: list[str], path: str) -> list[tuple[str, str]]:
+    """The keys of Slurm's `scontrol show config` that Spur has an equivalent for, in Slurm's order, each with the
+    value of Spur's setting (this host's spur.conf, read as the controllers read theirs, or the controllers'
+    answer). docs/cli.md lists the keys left out and why."""
+    from spur_hpc import buildinfo
+
+    c, a = conf.controller, conf.agent
+    munge = conf.auth.type == "munge"
     pairs = [
-        ("AuthType", "auth/munge"),
+        ("AccountingStorageEnforce", "none"),  # Spur has no associations to enforce yet (issue 22)
+        *([("AuthInfo", f"socket={conf.auth.munge_socket}")] if munge else []),
+        ("AuthType", "auth/munge" if munge else "auth/none"),
         ("ClusterName", info.cluster_name or "(null)"),
-        ("JobRequeue", "1"),
+        ("DefMemPerNode", "UNLIMITED"),  # a job without --mem may use its nodes' memory
+        ("EnforcePartLimits", conf.scheduler.enforce_part_limits),
+        ("JobRequeue", "1" if c.job_requeue else "0"),
+        ("KillWait", _secs(a.kill_wait_secs)),  # SIGTERM to SIGKILL, as spurstepd waits
         ("MaxArraySize", str(model.MAX_ARRAY_TASKS)),
-        ("MinJobAge", f"{min_job_age} sec"),
+        ("MaxMemPerNode", "UNLIMITED"),
+        ("MinJobAge", _secs(c.min_job_age_secs)),
         ("MpiDefault", "none"),
-        ("PriorityType", "priority/basic"),
+        ("NEXT_JOB_ID", str(info.next_job_id)),
+        ("OverTimeLimit", "0 min"),
+        ("PreemptMode", "OFF"),
+        ("PreemptType", "preempt/none"),
+        ("PriorityType", "priority/basic"),  # submission order, less nice (controller/state.py)
+        ("PrivateData", "none"),
+        ("ReturnToService", "1"),  # a node that stopped responding is back in service when its agent registers
         ("SchedulerType", "sched/builtin"),
         ("SelectType", "select/cons_tres"),
     ]
-    pairs += [(f"SlurmctldHost[{i}]", address) for i, address in enumerate(controller_addresses())]
+    pairs += [(f"SlurmctldHost[{i}]", address) for i, address in enumerate(addresses)]
     pairs += [
-        ("SlurmctldPort", str(model.CONTROLLER_GRPC_PORT)),
-        ("SlurmdPort", str(model.AGENT_GRPC_PORT)),
+        ("SlurmctldPort", str(model.split_host_port(addresses[0], model.CONTROLLER_GRPC_PORT)[1])),
+        ("SlurmdPort", str(model.split_host_port(a.listen_addr, model.AGENT_GRPC_PORT)[1])),
+        ("SlurmdSpoolDir", a.state_dir),
+        ("SlurmdTimeout", _secs(c.heartbeat_timeout_secs)),  # no heartbeat this long: Not responding, DOWN
         ("SLURM_CONF", path),
         ("SLURM_VERSION", buildinfo.version()),
+        ("StateSaveLocation", c.state_dir),
     ]
+    return pairs
+
+
+def config_lines(client: Any, now: float | None = None) -> list[str]:
+    """scontrol show config: Slurm's `Configuration data as of TIME`, then `Key = value` lines (snakemake reads
+    MinJobAge and MaxArraySize). Settings come from spur.conf at SPUR_CONF or /etc/spur/spur.conf when this host
+    has one, else their defaults."""
+    import os
+
+    from spur_hpc import conf
+    from spur_hpc.cli.controller import DEFAULT_CONF_PATH, controller_addresses
+
+    path = os.environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
+    try:
+        settings = conf.load(path, role="client")
+    except (conf.ConfigError, OSError):
+        settings = conf.parse("")  # no readable spur.conf here (SPUR_CONTROLLER_ADDR): the defaults
+    pairs = config_pairs(settings, client.call("GetClusterInfo"), controller_addresses(), path)
     stamp = units.format_timestamp(time.time() if now is None else now)
     return [f"Configuration data as of {stamp}"] + [f"{k:<{CONFIG_KEY_WIDTH}} = {v}" for k, v in pairs]

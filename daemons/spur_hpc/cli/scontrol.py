@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 PROGRAM = "scontrol"
 OPTIONS = [
     Option("oneliner", "o", "oneliner", help="print each record on one line"),
+    Option("all", "a", "all", help="show partition: hidden partitions too"),
     Option("quiet", "Q", "quiet", help="print no warnings"),
     Option("details", "d", "details", help="show job: add DerivedExitCode"),
     Option("json", "", "json", "VERSION", help=slurmjson.JSON_OPTION_HELP, optional=True),
@@ -66,7 +67,10 @@ def _print_records(records: list[list[str]], oneliner: bool) -> None:
 
 def _show_partitions_json(client: Any, names: list[str], yaml: bool) -> int:
     """scontrol --json show partition [NAME]: slurmrestd's v0.0.38 partitions[] (22.05's scontrol has no --json)."""
-    records = slurmjson.partition_records(list(client.call("ListNodes").nodes))
+    from spur_hpc.cli import sinfo
+
+    nodes = list(client.call("ListNodes").nodes)
+    records = slurmjson.partition_records(nodes, sinfo.list_partitions(client, nodes))
     if names:
         records = [r for r in records if r["name"] == names[0]]
         if not records:
@@ -82,21 +86,28 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
     if what in ("config", "conf", "configuration"):
         from spur_hpc.cli import jobcontrol
 
-        commandline.print_lines(jobcontrol.config_lines(client))
+        commandline.print_lines([*jobcontrol.config_lines(client), "", *ping_lines(client)[0]])  # as Slurm's
         return 0
     slurm_yaml = slurmjson.layout(values)
     if what in ("partition", "partitions", "part", "partitionname"):
         if slurm_yaml is not None:
             return _show_partitions_json(client, rest, slurm_yaml)
-        records = nodeview.partition_records(list(client.call("ListNodes").nodes))
+        from spur_hpc.cli import partview, sinfo
+
+        nodes = list(client.call("ListNodes").nodes)
+        parts = sinfo.list_partitions(client, nodes)
         if rest:
-            records = [r for r in records if r[0] == f"PartitionName={rest[0]}"]
-            if not records:
-                raise CliError(f"Partition {rest[0]} not found")
-        if not records:
+            parts = [p for p in parts if p.name == rest[0]]
+            if not parts:
+                print(f"Partition {rest[0]} not found")  # on stdout, as Slurm's scontrol prints it
+                return 1
+        elif not values["all"]:
+            parts = [p for p in parts if not p.hidden]  # a hidden partition shows with -a, or by its name
+        if not parts:
             print("No partitions in the system")
             return 0
-        _print_records(records, values["oneliner"])
+        by_name = {n.name: n for n in nodes}
+        _print_records([partview.show_partition_lines(p, by_name) for p in parts], values["oneliner"])
         return 0
     if len(rest) > 1:
         raise CliError(f"show {what} takes at most one name or id, got {' '.join(rest)}")
@@ -282,27 +293,27 @@ def job_command(client: Any, command: str, args: list[str]) -> int:
     return 0
 
 
-def controller_host(address: str) -> str:
-    """The host part of a controller's host:port address ([v6]:port too)."""
-    host = address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") else address
-    return host.strip("[]")
-
-
-def ping(client: Any) -> int:
+def ping_lines(client: Any) -> tuple[list[str], bool]:
     """Slurm's lines: `Slurmctld(primary) at HOST is UP` for the leader, (backup) for the others, each named by
-    the host it runs on (the address's host when it does not answer)."""
+    the host it runs on (the address's host when it does not answer); and whether the leader answered."""
     from spur_hpc.wire.grpcwire import RpcError
 
-    leader_up = False
+    lines, leader_up = [], False
     for address in client.addresses:
         try:
             reply = client.call_one(address, "Ping")
         except RpcError:
-            print(f"Slurmctld at {controller_host(address)} is DOWN")
+            lines.append(f"Slurmctld at {model.address_host(address)} is DOWN")
             continue
         kind = "primary" if reply.role == "leader" else "backup"
         leader_up = leader_up or reply.role == "leader"
-        print(f"Slurmctld({kind}) at {reply.hostname or controller_host(address)} is UP")
+        lines.append(f"Slurmctld({kind}) at {reply.hostname or model.address_host(address)} is UP")
+    return [printable(line) for line in lines], leader_up
+
+
+def ping(client: Any) -> int:
+    lines, leader_up = ping_lines(client)
+    commandline.print_lines(lines)
     return 0 if leader_up else 1
 
 
