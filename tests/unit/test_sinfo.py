@@ -195,3 +195,12 @@ def test_a_controller_without_list_partitions_gets_the_nodes_partitions(cluster,
     assert cluster.state.partitions is None  # the fake answers UNIMPLEMENTED, as a controller before it
     assert slurm.sinfo_main(["-h", "-o", "%P %N"]) == 0
     assert capsys.readouterr().out == "debug n[1-2]\nlong n[3-4]\nsecret s1\n"  # no Default=YES: no `*`
+
+
+def test_reason_user_with_uid_and_the_empty_reservation_table(cluster, capsys) -> None:
+    assert run_sinfo(["-h", "-R", "-o", "%U|%u|%N"], DRAINING) == "root(0)|root|n2\n"
+    assert slurm.sinfo_main(["-T"]) == 0
+    assert capsys.readouterr().out == (
+        "RESV_NAME     STATE           START_TIME             END_TIME     DURATION  NODELIST\n"
+    )
+    assert slurm.sinfo_main(["-T", "-h"]) == 0 and capsys.readouterr().out == ""

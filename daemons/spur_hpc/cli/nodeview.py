@@ -340,9 +340,20 @@ def _size(part: PartitionView) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def _user(entry: Entry) -> str:
+def _user(entry: Entry, with_uid: bool = False) -> str:
+    """Who set the line's reason (%u), with the uid (%U: `root(0)`, as Slurm's getpwuid gives it)."""
     node = entry.first
-    return (node.reason_set_by or "root") if node.reason else "Unknown"
+    if not node.reason:
+        return "Unknown"
+    name = node.reason_set_by or "root"
+    if not with_uid:
+        return name
+    import pwd
+
+    try:
+        return f"{name}({pwd.getpwnam(name).pw_uid})"
+    except KeyError:
+        return name  # a name this host does not know (spurctld, for a node that stopped answering)
 
 
 def _hostlist(entry: Entry, value: Callable[[Any], str]) -> str:
@@ -430,7 +441,7 @@ FIELDS = [
           None, "state", lambda e: e.word),
     Field("u", "user", "USER", lambda e: _user(e) if e.nodes else "Unknown",
           lambda n: n.reason_set_by if n.reason else "", "node"),
-    Field("U", "userlong", "USER", lambda e: _user(e) if e.nodes else "Unknown",
+    Field("U", "userlong", "USER", lambda e: _user(e, with_uid=True) if e.nodes else "Unknown",
           lambda n: n.reason_set_by if n.reason else "", "node"),
     Field("v", "version", "VERSION", _first(lambda n: n.version or "N/A"), lambda n: n.version, "exact"),
     Field("V", "cluster", "CLUSTER", lambda e: "N/A"),

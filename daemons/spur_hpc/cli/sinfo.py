@@ -35,6 +35,7 @@ OPTIONS = [
     Option("summarize", "s", "summarize", help="one line per partition: NODES(A/I/O/T)"),
     Option("sort", "S", "sort", "FIELDS", "sort by these format letters, like '#P,-t' (- descending)"),
     Option("states", "t", "states", "STATES", "only nodes in these states (idle,mix,alloc,drain,drng,down)"),
+    Option("reservation", "T", "reservation", help="list reservations (Spur has none: the header only)"),
     Option("verbose", "v", "verbose", help="accepted for compatibility"),
     Option("json", "", "json", "VERSION", help=slurmjson.JSON_OPTION_HELP, optional=True),
     Option("yaml", "", "yaml", "VERSION", help=slurmjson.YAML_OPTION_HELP, optional=True),
@@ -145,6 +146,10 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
             commandline.print_json({"nodes": [protocodec.to_jsonable(n, "Node") for n in nodes]})
         return 0
     header = not values["noheader"]
+    if values["reservation"]:  # print.c's reservation table, which Spur's clusters never fill
+        if header:
+            print(f"{'RESV_NAME':<9}  {'STATE':>8}  {'START_TIME':>19}  {'END_TIME':>19}  {'DURATION':>11}  NODELIST")
+        return 0
     lines = nodeview.sinfo_lines(nodes, columns, layout, header, partitions, keep)
     if header and values["long"]:
         lines.insert(0, nodeview.date_line())
