@@ -33,7 +33,7 @@ def test_node_counts_features_and_gres_columns() -> None:
 
 def test_show_node_names_gres_and_features() -> None:
     lines = nodeview.show_node_lines(nodes()[3])
-    assert "   Gres=gpu:2" in lines and not any("GresUsed" in line for line in lines)  # nothing allocated
+    assert "   Gres=gpu:2" in lines and "   GresUsed=gpu:0" in lines  # nothing allocated
     assert "   AvailableFeatures=a100,fast" in lines and "   ActiveFeatures=a100,fast" in lines
     assert "   CfgTRES=cpu=8,mem=1000M,billing=8,gres/gpu=2" in lines
 

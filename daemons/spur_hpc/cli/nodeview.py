@@ -780,8 +780,9 @@ def show_node_text(node: Any, one_liner: bool = False, slurmd_port: int = model.
     out += f"CPUAlloc={used} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A{end}"
     out += f"AvailableFeatures={features_text(node)}{end}ActiveFeatures={features_text(node)}{end}"
     out += f"Gres={gres_text(node.resources)}{end}"
-    if node.allocated.gres:
-        out += f"GresUsed={gres_text(node.allocated)}{end}"
+    if node.resources.gres:  # Slurm prints it for every node with gres, 0 for what no job holds
+        used = dict(node.allocated.gres)
+        out += f"GresUsed={','.join(f'{name}:{used.get(name, 0)}' for name in sorted(node.resources.gres))}{end}"
     out += f"NodeAddr={_address(node)} NodeHostName={node.name} "
     port = _port(node)
     if port and port != slurmd_port:
