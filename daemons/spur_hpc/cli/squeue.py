@@ -169,7 +169,7 @@ def job_query(values: dict[str, Any], user: str | None = None) -> tuple[dict[str
         request["include_finished"] = True
         return request, None
     if states:
-        known = set(jobview.STATE_CODES) | {"SUSPENDED"}
+        known = set(jobview.STATE_CODES)
         server_states = sorted({"RUNNING" if s == "COMPLETING" else s for s in states} & known)
         request["states"] = server_states or ["JOB_STATE_UNKNOWN"]  # no record is ever UNKNOWN: none match
         request["include_finished"] = any(s in model.FINISHED_STATES for s in states)
