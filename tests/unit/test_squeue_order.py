@@ -84,3 +84,41 @@ def test_priority_dependency_and_group_fields() -> None:
 def test_a_cancelled_arrays_own_record_is_named_by_the_array_id() -> None:
     rest = job(7, pb.CANCELLED, "long", array_job_id=7, array_pending="2", array_max_running=2)
     assert jobview.squeue_lines([rest], "%i", False, NOW) == ["7"]
+
+
+@pytest.fixture
+def queue(monkeypatch: pytest.MonkeyPatch):
+    from test_cli_support import fake_cluster
+
+    with fake_cluster(monkeypatch) as fake:
+        for record in busy_queue():
+            fake.add_job(record.job_id, **{f.name: v for f, v in record.ListFields() if f.name != "job_id"})
+        fake.state.jobs[4].spec.account = "physics"
+        yield fake
+
+
+def test_long_prints_the_date_first_and_start_lists_the_pending_jobs(queue, capsys) -> None:
+    import re
+
+    from spur_hpc.cli import slurm
+
+    assert slurm.squeue_main(["-l", "-t", "R"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d \d{4}", lines[0]), lines[0]
+    assert lines[1].split() == ["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES",
+                                "NODELIST(REASON)"]  # fmt: skip
+    assert slurm.squeue_main(["--start", "-h", "-o", "%i %S %Y"]) == 0
+    # pending only, by start time (none is known: N/A), so in the order the controller lists them
+    assert capsys.readouterr().out.splitlines() == ["7_[2-5%2] N/A (null)", "10 N/A (null)", "12 N/A (null)",
+                                                    "13 N/A (null)"]  # fmt: skip
+
+
+def test_account_selects_and_format_fields_keep_their_padding(queue, capsys) -> None:
+    from spur_hpc.cli import slurm
+
+    assert slurm.squeue_main(["-h", "-A", "physics", "-O", "JobID:6,Name"]) == 0
+    assert capsys.readouterr().out == "4     " + "j4".ljust(20) + "\n"
+    assert slurm.squeue_main(["-h", "-S", "-i", "-t", "PD", "-o", "%i"]) == 0
+    assert capsys.readouterr().out.split() == ["13", "12", "10", "7_[2-5%2]"]
+    assert slurm.squeue_main(["-S", "P,Z"]) == 1
+    assert capsys.readouterr().err == "squeue: error: Invalid sort specification: Z\n"
