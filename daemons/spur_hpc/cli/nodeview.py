@@ -279,6 +279,7 @@ class Entry:
         self.nodes: list[Any] = []
         self.names: set[str] = set()
         self.word = 0
+        self.node_list: str | None = None  # %N, once the line is complete
         self.nodes_alloc = self.nodes_idle = self.nodes_other = 0
         self.cpus_alloc = self.cpus_idle = self.cpus_other = self.cpus_total = 0
 
@@ -357,7 +358,16 @@ def _user(entry: Entry, with_uid: bool = False) -> str:
 
 
 def _hostlist(entry: Entry, value: Callable[[Any], str]) -> str:
+    if len(entry.nodes) == 1:  # -N's lines: nothing to compress
+        return value(entry.first)
     return model.compress_hostlist([value(n) for n in entry.nodes])
+
+
+def _node_list(entry: Entry) -> str:
+    """%N: computed once per line (the default formats size their column to the widest)."""
+    if entry.node_list is None:
+        entry.node_list = _hostlist(entry, lambda n: n.name)
+    return entry.node_list
 
 
 class Field:
@@ -422,7 +432,7 @@ FIELDS = [
           if e.nodes else 0),
     Field("M", "preemptmode", "PREEMPT_MODE", lambda e: "OFF"),
     Field("n", "nodehost", "HOSTNAMES", lambda e: _hostlist(e, lambda n: n.name), lambda n: n.name, "hostlist"),
-    Field("N", "nodelist", "NODELIST", lambda e: _hostlist(e, lambda n: n.name),
+    Field("N", "nodelist", "NODELIST", _node_list,
           sort=lambda e: min(_natural(name) for name in e.names) if e.names else ("", -1, "")),
     Field("o", "nodeaddr", "NODE_ADDR", lambda e: _hostlist(e, _address), _address, "hostlist"),
     Field("O", "cpusload", "CPU_LOAD", lambda e: "N/A"),
@@ -569,33 +579,26 @@ class Layout:
         self.sort = sort or ("N" if node_oriented else "#P,-t")
 
 
-def _node_matches(entry: Entry, node: Any, word: int, fields: list[Field], layout_: Layout) -> bool:
-    """Slurm's _match_node_data: may the node join this line?"""
-    if layout_.node_oriented:
-        return False
-    first = entry.first
+def _node_key(node: Any, word: int, fields: list[Field], layout_: Layout) -> tuple:
+    """What Slurm's _match_node_data compares with a line's first node: two nodes share a line when their keys
+    (and their partitions' keys) are equal. A host name or address shown (%n, %o) puts each one on its own line."""
+    key: list[Any] = []
     for field in fields:
         kind = field.match_kind
-        if kind == "hostlist" and field.match(node) not in {field.match(n) for n in entry.nodes}:
-            return False
-        if kind == "node" and field.match(node) != field.match(first):
-            return False
-        if kind == "state" and state_long(word) != state_long(entry.word):
-            return False
-        if kind == "complete" and state_complete(word) != state_complete(entry.word):
-            return False
-        if kind == "exact" and layout_.exact and field.match(node) != field.match(first):
-            return False
-    return True
+        if kind in ("node", "hostlist") or (kind == "exact" and layout_.exact):
+            key.append(field.match(node))
+        elif kind == "state":
+            key.append(state_long(word))
+        elif kind == "complete":
+            key.append(state_complete(word))
+    return tuple(key)
 
 
-def _part_matches(entry: Entry, part: PartitionView, fields: list[Field], layout_: Layout) -> bool:
-    """Slurm's _match_part_data: may a node of `part` join this line?"""
-    if layout_.reasons or part is entry.part:
-        return True
-    if entry.part is None:
-        return False
-    return all(f.match(part) == f.match(entry.part) for f in fields if f.match_kind == "part")
+def _part_key(part: PartitionView, fields: list[Field], layout_: Layout) -> tuple:
+    """What Slurm's _match_part_data compares: the partition fields the format shows (none for -R)."""
+    if layout_.reasons:
+        return ()
+    return tuple(f.match(part) for f in fields if f.match_kind == "part")
 
 
 def build_entries(
@@ -606,32 +609,38 @@ def build_entries(
     keep: Callable[[Any, int], bool] = lambda node, word: True,
 ) -> list[Entry]:
     """sinfo's lines before sorting: partition by partition (configured order), node by node (the partition's
-    order); keep(node, state word) filters nodes (-n, -t, -d, -r) without hiding an empty partition's line."""
+    order); keep(node, state word) filters nodes (-n, -t, -d, -r) without hiding an empty partition's line.
+    A node joins the first line it matches (Slurm's _insert_node_ptr), found by key: linear in the nodes."""
     fields = [c.field for c in columns if c.field is not None]
     shows_partition = any(f.name in _PART_WIDTH_FIELDS for f in fields)
     by_name = {n.name: n for n in nodes}
     entries: list[Entry] = []
+    empty: dict[int, Entry] = {}  # partition index -> its line while no node has joined it
     if shows_partition and not layout_.node_oriented:  # every partition is shown, even one without nodes
         entries = [Entry(part, index) for index, part in enumerate(partitions)]
+        empty = dict(enumerate(entries))
+    lines: dict[tuple, Entry] = {}
     for index, part in enumerate(partitions):
         members = [by_name[name] for name in part.nodes if name in by_name] if part.nodes else [
             n for n in sorted(nodes, key=lambda n: _natural(n.name)) if part.name in node_partitions(n)
         ]  # fmt: skip
+        part_key = _part_key(part, fields, layout_)
         for node in members:
             word = state_word(node)
             if not keep(node, word):
                 continue
-            for entry in entries:
-                if not _part_matches(entry, part, fields, layout_):
-                    continue
-                if entry.nodes and not _node_matches(entry, node, word, fields, layout_):
-                    continue
-                entry.add(node, word)
-                break
-            else:
+            if layout_.node_oriented:  # -N: every node of every partition a line of its own
                 entry = Entry(part, index)
                 entry.add(node, word)
                 entries.append(entry)
+                continue
+            key = (part_key, _node_key(node, word, fields, layout_))
+            entry = lines.get(key) or empty.pop(index, None)
+            if entry is None:
+                entry = Entry(part, index)
+                entries.append(entry)
+            lines.setdefault(key, entry)
+            entry.add(node, word)
     return entries
 
 
@@ -674,7 +683,7 @@ def render(entries: list[Entry], columns: list[Column], layout_: Layout, header:
     """Each line exactly as Slurm prints it: every cell padded to its width, trailing spaces kept."""
     node_width = part_width = 0
     if layout_.node_width:
-        node_width = max([9] + [len(_hostlist(e, lambda n: n.name)) for e in entries])
+        node_width = max([9] + [len(_node_list(e)) for e in entries])
     if layout_.part_width:
         part_width = max([9] + [len(e.part.name) + bool(e.part.is_default) for e in entries if e.part])
 
