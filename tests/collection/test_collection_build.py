@@ -213,3 +213,51 @@ def test_examples_use_fully_qualified_names():
         for task in yaml.safe_load(docs["EXAMPLES"]):
             actions = [k for k in task if "." in k]
             assert actions and all(a.startswith(("spur.cluster.", "ansible.builtin.")) for a in actions), (module, task)
+
+
+def checkout_env(tmp_path: Path) -> dict[str, str]:
+    """A user's shell in a checkout: no ANSIBLE_COLLECTIONS_PATH, so the repository's ansible.cfg says where
+    spur.cluster is (collections/ansible_collections/spur/cluster, a link to collection/)."""
+    env = ansible_env(tmp_path / "home")
+    env.pop("ANSIBLE_COLLECTIONS_PATH")
+    return env
+
+
+def test_the_playbooks_run_from_a_checkout_as_the_docs_write_them(tmp_path):
+    inventory = ["-i", "inventory/local.yml"]
+    for playbook in ("playbooks/deploy.yml", "playbooks/rolling_upgrade.yml", "spur.cluster.rolling_upgrade"):
+        argv = [str(VENV_BIN / "ansible-playbook"), "--syntax-check", playbook, *inventory]
+        checked = subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, cwd=REPO, env=checkout_env(tmp_path)
+        )
+        assert checked.returncode == 0, f"{playbook}: {checked.stdout[-2000:]}{checked.stderr[-2000:]}"
+    assert str(REPO / "collections" / "ansible_collections" / "spur" / "cluster") in checked.stdout, checked.stdout
+
+
+def test_a_relative_spur_release_src_is_relative_to_the_current_directory(tmp_path):
+    here = tmp_path / "here"
+    (here / "rel").mkdir(parents=True)
+    (here / "rel" / "release.json").write_text('{"version": "9.9.9", "build": "b"}')
+    play = tmp_path / "elsewhere" / "play.yml"  # the playbook (and the role) live somewhere else
+    play.parent.mkdir()
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.import_role: {name: spur.cluster.spur_install, tasks_from: preflight.yml}\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: 'source={{ __spur_install_source }} version={{ __spur_install_manifest.version }}'\n"
+    )
+    argv = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(play),
+        "-e",
+        "spur_release_src=rel",
+    ]
+    ran = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, cwd=here, env=ansible_env(tmp_path / "home")
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert f"source={here / 'rel'} version=9.9.9" in ran.stdout
