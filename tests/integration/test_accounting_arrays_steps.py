@@ -131,7 +131,8 @@ def test_a_requeued_job_shows_only_the_steps_of_its_latest_attempt(pg_database: 
     writer = writer_for(pg_database)
     writer.reconcile([job(8, "RUNNING", 1, steps={"0": step("0", "RUNNING")})])
     writer.reconcile([job(8, "RUNNING", 2)])
-    (record,) = query(pg_database, job_ids=[8])
+    earlier, record = query(pg_database, job_ids=[8])  # the first run is kept as a REQUEUED record
+    assert (earlier["state"], earlier["attempt"], list(earlier["steps"])) == ("REQUEUED", 1, ["0"])
     assert list(record["steps"]) == ["batch"] and record["steps"]["batch"]["attempt"] == 2
 
 
@@ -343,6 +344,8 @@ def test_the_leaders_copy_leaves_jobs_that_may_not_start_out_of_sacct_and_gives_
     held = submit(name="held", hold=True)
     dep = submit(name="dep", dependency=f"afterok:{running}")
     submit(name="wait", memory_mb=512)
+    gone = submit(name="gone", hold=True)  # cancelled while held, before any pass saw it waiting
+    assert s.apply(rec("job_cancel", job_id=gone, by="root", time=now))["ok"]
     for job_id, nodes in plan_starts(s, now):
         job = s.jobs[job_id]
         op = "job_array_split" if job.get("array_pending") else "job_start"
@@ -353,6 +356,6 @@ def test_the_leaders_copy_leaves_jobs_that_may_not_start_out_of_sacct_and_gives_
     listed = {r["spec"]["name"]: r for r in query(pg_database, start=T0)}
     assert sorted(listed) == ["arr", "run", "wait"]  # the array's running task 0 (under its own id), not its rest
     assert [r["array_pending"] for r in listed.values() if r["spec"]["name"] == "arr"] == [""]
-    by_id = {r["spec"]["name"] for r in query(pg_database, job_ids=[array, held, dep])}
-    assert by_id == {"arr", "held", "dep"}
+    by_id = {r["spec"]["name"] for r in query(pg_database, job_ids=[array, held, dep, gone])}
+    assert by_id == {"arr", "held", "dep", "gone"}
     assert (listed["run"]["spec"]["memory_mb"], listed["wait"]["spec"]["memory_mb"]) == (3072, 512)

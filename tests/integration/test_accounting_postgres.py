@@ -188,8 +188,13 @@ def test_a_record_follows_the_job_through_a_requeue(pg_database: Database) -> No
         assert writer.reconcile([step]) == 1
         state, attempt, version = stored(pg_database)[1][:3]
         assert (state, attempt, version) == (step["state"], step["attempt"], record_version(step))
-    row = query_jobs(pg_database.admin_connect(), job_ids=[1])[0]
+    earlier, row = query_jobs(pg_database.admin_connect(), job_ids=[1])
     assert row["start_time"] == T0 + 11 and row["end_time"] == T0 + 101 and row["nodes"] == ["node1"]
+    # The first run is kept as Slurm's REQUEUED record, ended when the requeue replaced it (its end is unknown).
+    assert (earlier["attempt"], earlier["state"], earlier["start_time"]) == (1, "REQUEUED", T0 + 11)
+    assert earlier["end_time"] >= T0 + 11
+    requeued = query_jobs(pg_database.admin_connect(), states=["RQ"], start=T0, end=time.time() + 60)
+    assert [r["state"] for r in requeued] == ["REQUEUED"]
 
 
 def test_a_record_never_goes_backwards_even_from_a_stale_leader(pg_database: Database) -> None:
@@ -223,7 +228,7 @@ def test_a_rebootstrapped_cluster_does_not_overwrite_the_old_clusters_history(pg
 def test_a_queried_record_has_the_replicated_jobs_shape(pg_database: Database) -> None:
     from spur_hpc.controller.grpc_api import job_to_pb
 
-    original = job(4, "TIMEOUT", 2, exit_code=0, signal=9, reason="time limit", nodes=["n1", "n2"])
+    original = job(4, "FAILED", 2, exit_code=0, signal=9, reason="NonZeroExitCode", nodes=["n1", "n2"])
     original["spec"].update(gid=100, nodes=2, tasks=8, cpus_per_task=2, time_limit_secs=3600, memory_mb=4096)
     writer_for(pg_database).reconcile([original])
     with pg_database.admin_connect() as conn:

@@ -206,3 +206,12 @@ def test_derived_fields_and_usage_spur_does_not_measure() -> None:
     assert sacct([job(50, pb.PENDING, memory_mb=1000)], "AllocTRES,ReqTRES", allocations=True) == [
         "|billing=2,cpu=2,mem=1000M,node=1"
     ]
+
+
+def test_without_duplicates_a_requeued_job_shows_its_latest_run_in_the_window_and_with_D_every_run() -> None:
+    first, second, other = job(50, pb.REQUEUED), job(50, pb.COMPLETED), job(51)
+    second.attempt = 2
+    assert jobhistory.latest_records([first, second, other]) == [second, other]
+    assert sacct([first, second], "JobID,State", allocations=True) == ["50|REQUEUED", "50|COMPLETED"]  # -D
+    # The later run not in the window (not eligible yet): the earlier run's REQUEUED line stands for the job.
+    assert jobhistory.latest_records([first, other]) == [first, other]

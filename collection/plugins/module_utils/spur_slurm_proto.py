@@ -203,6 +203,7 @@ enum JobState {
   OUT_OF_MEMORY = 8;  // the job's cgroup hit its memory limit (Slurm's OUT_OF_MEMORY)
   DEADLINE = 9;       // still pending, or running, at its --deadline
   SUSPENDED = 10;     // scontrol suspend: its processes stopped (SIGSTOP), its resources still held
+  REQUEUED = 11;      // accounting only (JobHistory): an earlier run of a job that was requeued after it
 }
 
 // ---------------------------------------------------------------- partitions
@@ -282,6 +283,8 @@ message JobSpec {
   string cluster_name = 47;       // -M as resolved by the client (this cluster's name)
   bool interactive = 48;          // salloc, or srun outside an allocation: no batch step; the client's steps run in it
   string command = 49;            // the batch script's absolute path as sbatch read it (Slurm's Command); "" for --wrap or stdin
+  string alloc_node = 50;         // the submitting host as the controller resolved the client's address (Slurm's AllocNode)
+  int32 alloc_sid = 51;           // the submitting process's session id (Slurm's AllocNode:Sid); 0 = unknown
 }
 
 message Job {
@@ -311,6 +314,7 @@ message Job {
   int64 priority = 22;            // the scheduler's priority, higher first (squeue %Q, scontrol Priority=)
   double suspend_time = 23;       // when it was last suspended or resumed (Slurm's SuspendTime); 0 = never
   double suspended_secs = 24;     // time spent suspended so far: not run time
+  map<string, NodeAllocation> allocs = 25;  // per node: the CPU ids, memory and gres units it holds (scontrol -d)
 }
 
 // One job step (docs/controller.md "Steps"): the batch script is step "batch", each srun step "0", "1", ...

@@ -131,6 +131,33 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        3,
+        "a requeued job's earlier runs",
+        """
+        -- spur_jobs holds a job's latest run; each earlier run of a requeued job is kept here, as slurmdbd keeps
+        -- a REQUEUED record per run (sacct -D lists them). The trigger copies the row as it was when a started
+        -- run is replaced by the next (the requeue clears the start, or a later attempt arrives), so a writer
+        -- of any release keeps them. A migration that adds a column to spur_jobs adds it here too, in order.
+        CREATE TABLE spur_job_runs (LIKE spur_jobs INCLUDING DEFAULTS);
+        ALTER TABLE spur_job_runs ADD PRIMARY KEY (cluster_id, job_id, attempt);
+        CREATE FUNCTION spur_keep_earlier_run() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            run spur_jobs%ROWTYPE;
+        BEGIN
+            IF OLD.start_time IS NOT NULL AND (NEW.attempt > OLD.attempt OR NEW.start_time IS NULL) THEN
+                run := OLD;
+                run.state := 'REQUEUED';
+                -- The run ended when its record was replaced, unless it had ended before (a finished job requeued).
+                run.end_time := coalesce(OLD.end_time, now());
+                INSERT INTO spur_job_runs SELECT (run).* ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER spur_jobs_keep_earlier_run BEFORE UPDATE ON spur_jobs
+            FOR EACH ROW EXECUTE FUNCTION spur_keep_earlier_run();
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version  # the newest schema this release knows

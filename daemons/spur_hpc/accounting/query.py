@@ -13,7 +13,9 @@ Time window (-S start, -E end), as slurmdbd computes it (the window is [S, E)):
 - E is moved one second later when it equals S or now, so the current second is included.
 
 Job ids select a job by its own id or by its array's (sacct -j 12 lists every task of array 12). Each record
-carries its steps (spur_steps rows of the job's latest attempt) under "steps", as the replicated job does.
+carries its steps (spur_steps rows of the job's latest attempt) under "steps", as the replicated job does. A
+requeued job's earlier runs (spur_job_runs, state REQUEUED, no steps) come before its latest record; sacct
+without -D keeps the latest run each job has in the window.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ from spur_hpc.model import FINISHED_STATES, JOB_STATE_CODES, JOB_STATES, NO_REAS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# An earlier run of a requeued job (spur_job_runs): a state of accounting records only, as in slurmdbd.
+REQUEUED = "REQUEUED"
 # sacct -s accepts long names and the short forms, in any case.
-STATE_NAMES = {**{code: state for state, code in JOB_STATE_CODES.items()}, **{s: s for s in JOB_STATES}}
+STATE_NAMES = {
+    **{code: state for state, code in JOB_STATE_CODES.items()},
+    **{s: s for s in JOB_STATES},
+    "RQ": REQUEUED,
+    REQUEUED: REQUEUED,
+}
 
 _RESULT_COLUMNS = (
     'cluster_id, job_id, attempt, name, "user", uid, gid, account, partition, state, reason, exit_code, signal, '
@@ -141,7 +150,7 @@ def _state_condition(state: str, s: datetime, e: datetime) -> tuple[sql.Composab
         return sql.SQL(
             "(start_time IS NOT NULL AND start_time < %s AND (end_time > %s OR (end_time IS NULL AND state = %s)))"
         ), [e, s, RUNNING]
-    if state in FINISHED_STATES:
+    if state in FINISHED_STATES or state == REQUEUED:
         return sql.SQL("(state = %s AND end_time IS NOT NULL AND end_time >= %s AND end_time <= %s)"), [state, s, e]
     raise InvalidQuery(f"unknown job state {state!r}")
 
@@ -208,9 +217,13 @@ def query_jobs(
         )
         params.extend([e, s])
 
-    query = sql.SQL("SELECT {cols} FROM spur_jobs WHERE {where} ORDER BY job_id, cluster_id, submit_time").format(
-        cols=sql.SQL(_RESULT_COLUMNS), where=sql.SQL(" AND ").join(conditions)
-    )
+    # A requeued job's earlier runs (spur_job_runs, REQUEUED) are selected by the same rules, listed before it.
+    where = sql.SQL(" AND ").join(conditions)
+    query = sql.SQL(
+        "SELECT {cols} FROM spur_jobs WHERE {where} UNION ALL SELECT {cols} FROM spur_job_runs WHERE {where} "
+        "ORDER BY job_id, cluster_id, submit_time, attempt"
+    ).format(cols=sql.SQL(_RESULT_COLUMNS), where=where)
+    params = params + params
     try:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(query, params).fetchall()

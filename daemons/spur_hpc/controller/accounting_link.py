@@ -202,7 +202,9 @@ def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -
     out["spec"] = dict(job["spec"])
     out["nodes"] = list(job["nodes"])
     if s is not None and facts is not None:
-        if job["state"] == PENDING and waiting_reason(s, job, facts.now, facts.memo) is not None:
+        # A job that ended before it started (scancel of a held job) may be first written now: judge it alike.
+        never_started = job["state"] == PENDING or not job.get("start_time")
+        if never_started and waiting_reason(s, job, facts.now, facts.memo) is not None:
             out["eligible"] = False  # records.job_row: NEVER_ELIGIBLE
         if not out["spec"].get("memory_mb"):
             out["spec"]["memory_mb"] = _node_memory(s, job, facts.partitions)
