@@ -215,3 +215,10 @@ def test_without_duplicates_a_requeued_job_shows_its_latest_run_in_the_window_an
     assert sacct([first, second], "JobID,State", allocations=True) == ["50|REQUEUED", "50|COMPLETED"]  # -D
     # The later run not in the window (not eligible yet): the earlier run's REQUEUED line stands for the job.
     assert jobhistory.latest_records([first, other]) == [first, other]
+
+
+def test_sacct_s_takes_rq_for_a_requeued_jobs_earlier_runs() -> None:
+    from spur_hpc.cli import options, sacct
+
+    values, _ = options.parse("sacct", sacct.OPTIONS, ["-a", "-s", "rq,CD"])
+    assert sacct.build_query(values, T0).states == ["COMPLETED", "REQUEUED"]

@@ -38,7 +38,7 @@ OPTIONS = [
         "s",
         "state",
         "STATES",
-        "only jobs in these states during the window (CD,F,CA,TO,NF,R,PD)",
+        "only jobs in these states during the window (CD,F,CA,TO,NF,R,PD,RQ)",
         repeat=True,
     ),
     Option("names", "", "name", "NAMES", "only jobs with these names", repeat=True),
@@ -76,6 +76,16 @@ DESCRIPTION = (
 )
 
 
+REQUEUED = "REQUEUED"  # a state of accounting records only: a requeued job's earlier run (sacct -s RQ)
+
+
+def parse_states(items: list[str]) -> list[str] | None:
+    """-s values: the job states (squeue.parse_states) and RQ/REQUEUED; None: every state."""
+    requeued = [item for item in items if item.upper() in ("RQ", REQUEUED)]
+    states = squeue.parse_states([item for item in items if item not in requeued])
+    return None if states is None else states + [REQUEUED] * bool(requeued)
+
+
 def build_query(values: dict, now: float, all_clusters: bool = False) -> jobhistory.HistoryQuery:
     users = gather(values["users"])
     if not users and not values["allusers"]:
@@ -84,7 +94,7 @@ def build_query(values: dict, now: float, all_clusters: bool = False) -> jobhist
         me = caller.user_name()
         if me != "root":
             users = [me]
-    states = squeue.parse_states(gather(values["states"])) if values["states"] else []
+    states = parse_states(gather(values["states"])) if values["states"] else []
     start = units.parse_time_point(values["start"], "--starttime", now) if values["start"] else None
     end = units.parse_time_point(values["end"], "--endtime", now) if values["end"] else None
     if start is not None and end is not None and end < start:
