@@ -505,6 +505,39 @@ SCHEMA: dict[str, dict[str, Key]] = {
             choices=("debug", "info", "warning", "error"),
         ),
     },
+    # Read by spurctld at start and by `spur version --check` / `spur self-update` (release/selfupdate.py).
+    "update": {
+        "index": Key(
+            str,
+            "",
+            "The release index to compare with: a directory or an http(s) URL holding `index.json` "
+            "(`spur-release publish`). `spur version --check` and `spur self-update` use it when given no "
+            "`--index` (and no `$SPUR_RELEASE_INDEX`).",
+            shown_default="empty (nothing is checked)",
+        ),
+        "check_on_startup": Key(
+            bool,
+            True,
+            "spurctld asks `index` at start, in the background, whether `channel` lists a newer build than the "
+            "one running, and logs one line when it does. Nothing is asked while `index` is empty.",
+        ),
+        "auto_update": Key(
+            bool,
+            False,
+            "When the check at start finds a newer build, install it beside the running release as `spur "
+            "self-update` does (its own `PREFIX/releases/<id>`, then `current` switched). Nothing is restarted: "
+            "each daemon runs the new build from its next restart (for a cluster, restart through the rolling "
+            "upgrade). spurd never installs anything.",
+        ),
+        "channel": Key(str, "stable", "The channel of the index to follow.", choices=("stable", "nightly")),
+        "cache_dir": Key(
+            str,
+            "/var/cache/spur",
+            "Where the check keeps the index it read: a copy younger than one hour is used instead of asking "
+            "again, so a daemon that restarts often does not ask the index each time.",
+            path=True,
+        ),
+    },
 }
 
 

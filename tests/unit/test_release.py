@@ -335,3 +335,103 @@ def test_an_install_waits_for_another_one_into_the_same_prefix(tmp_path: Path) -
     with install.prefix_lock(prefix, wait=30, log=said.append):
         assert other.closed, "the lock was taken while the other installer still held it"
     assert said and "waiting for another spur-release" in said[0]
+
+
+# ---------------------------------------------------------------- [update]: the index cache and the check at start
+
+
+def two_releases_published(tmp_path: Path) -> Path:
+    index_dir = tmp_path / "index"
+    index.publish(make_release(tmp_path / "a", "0.1.0", "b1"), index_dir)
+    index.publish(make_release(tmp_path / "b", "0.2.0", "b2"), index_dir)
+    return index_dir
+
+
+def test_the_index_is_read_again_only_after_an_hour(tmp_path: Path) -> None:
+    index_dir = tmp_path / "index"
+    index.publish(make_release(tmp_path / "a", "0.1.0", "b1"), index_dir)
+    cache = str(tmp_path / "cache")
+    newest = lambda data: index.latest(data, "stable")["path"]  # noqa: E731
+    assert newest(selfupdate.cached_index(str(index_dir), cache, now=1000.0)[0]) == "0.1.0-b1"
+    index.publish(make_release(tmp_path / "b", "0.2.0", "b2"), index_dir)
+    assert newest(selfupdate.cached_index(str(index_dir), cache, now=1000.0 + 3599)[0]) == "0.1.0-b1"
+    assert newest(selfupdate.cached_index(str(index_dir), cache, now=1000.0 + 3600)[0]) == "0.2.0-b2"
+    # another index has a cache file of its own; a cache that cannot be written only costs a fresh read
+    (tmp_path / "not-a-dir").write_text("")
+    assert newest(selfupdate.cached_index(str(index_dir), str(tmp_path / "not-a-dir"))[0]) == "0.2.0-b2"
+
+
+def update_settings(tmp_path: Path, **keys) -> object:
+    from spur_hpc import conf
+
+    body = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"cache_dir": str(tmp_path / "cache"), **keys}.items())
+    return conf.parse("[update]\n" + body).update
+
+
+def test_spurctld_logs_one_line_at_start_when_an_update_exists(tmp_path: Path, caplog) -> None:
+    import logging
+
+    index_dir = two_releases_published(tmp_path)
+    log = logging.getLogger("test.update")
+    with caplog.at_level(logging.INFO, logger="test.update"):
+        selfupdate.startup_check(update_settings(tmp_path, index=str(index_dir)), ("0.1.0", "b1"), log)
+        selfupdate.startup_check(update_settings(tmp_path, index=str(index_dir)), ("0.2.0", "b2"), log)
+        selfupdate.startup_check(update_settings(tmp_path, index=str(tmp_path / "gone")), ("0.2.0", "b2"), log)
+        selfupdate.startup_check(
+            update_settings(tmp_path, index=str(index_dir), check_on_startup=False), ("0", "x"), log
+        )
+        selfupdate.startup_check(update_settings(tmp_path), ("0", "x"), log)  # no index: nothing to ask
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert (
+        lines[0][0] == "WARNING"
+        and "update available on channel stable: 0.1.0 (build b1) -> 0.2.0 (build b2)" in lines[0][1]
+    )
+    assert "spur self-update" in lines[0][1]
+    assert lines[1] == ("INFO", "[update] spur 0.2.0 (build b2) is up to date on channel stable")
+    assert lines[2][0] == "WARNING" and "could not check" in lines[2][1] and "cannot read" in lines[2][1]
+    assert len(lines) == 3
+    nightly = update_settings(tmp_path, index=str(index_dir), channel="nightly")
+    with caplog.at_level(logging.INFO, logger="test.update"):
+        selfupdate.startup_check(nightly, ("0.2.0", "b2"), log)
+    assert "no channel 'nightly'" in caplog.records[-1].getMessage()
+
+
+def test_auto_update_installs_beside_the_running_release_and_restarts_nothing(tmp_path: Path, caplog, monkeypatch):
+    import logging
+
+    index_dir = two_releases_published(tmp_path)
+    calls = []
+
+    def self_update(location, channel, prefix, log=print):
+        calls.append((location, channel, prefix))
+        return install.InstallResult("0.2.0-b2", True, "0.1.0-b1", f"installed 0.2.0-b2 in {prefix}")
+
+    monkeypatch.setattr(selfupdate, "self_update", self_update)
+    monkeypatch.setattr(selfupdate.processes, "restart_advice", lambda *a: pytest.fail("nothing is restarted"))
+    settings = update_settings(tmp_path, index=str(index_dir), auto_update=True)
+    log = logging.getLogger("test.update")
+    with caplog.at_level(logging.INFO, logger="test.update"):
+        selfupdate.startup_check(settings, ("0.1.0", "b1"), log, prefix=tmp_path / "opt")
+        selfupdate.startup_check(settings, ("0.1.0", "b1"), log)  # not run from PREFIX/releases/<id>
+    assert calls == [(str(index_dir), "stable", tmp_path / "opt")]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("auto_update: installed 0.2.0-b2" in m and "nothing was restarted" in m for m in messages)
+    assert "auto_update installs only into an installed release" in messages[-1]
+
+
+def test_spur_version_check_and_self_update_read_the_index_of_update(tmp_path: Path, monkeypatch, capsys) -> None:
+    from spur_hpc.cli import spur
+
+    index_dir = two_releases_published(tmp_path)
+    spur_conf = tmp_path / "spur.conf"
+    spur_conf.write_text(f'[update]\nindex = "{index_dir}"\ncache_dir = "{tmp_path / "cache"}"\n')
+    monkeypatch.setenv("SPUR_CONF", str(spur_conf))
+    monkeypatch.delenv(selfupdate.INDEX_ENV, raising=False)
+    assert spur.main(["version", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "-> 0.2.0 (build b2)" in out or "is up to date on channel stable" in out
+    assert spur.main(["version", "--check", "--nightly"]) == 1
+    assert "no channel 'nightly'" in capsys.readouterr().err
+    spur_conf.write_text("")
+    assert spur.main(["version", "--check"]) == 1
+    assert "set [update] index in spur.conf" in capsys.readouterr().err

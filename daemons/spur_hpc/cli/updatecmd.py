@@ -1,4 +1,5 @@
-"""spur version [--check] and spur self-update: the CLI side of spur_hpc.release.selfupdate."""
+"""spur version [--check] and spur self-update: the CLI side of spur_hpc.release.selfupdate. Without --index they
+ask $SPUR_RELEASE_INDEX, else the index of spur.conf's [update] (the one spurctld checks at start)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from spur_hpc.cli.runner import CliError
 INDEX_ENV = "SPUR_RELEASE_INDEX"
 INDEX_OPTIONS = [
     Option(
-        "index", "", "index", "LOCATION", f"release index: a directory or URL with index.json (default ${INDEX_ENV})"
+        "index",
+        "",
+        "index",
+        "LOCATION",
+        f"release index: a directory or URL with index.json (default ${INDEX_ENV}, else [update] index)",
     ),
-    Option("channel", "", "channel", "NAME", "release channel (default stable)"),
+    Option("channel", "", "channel", "NAME", "release channel (default [update] channel, stable)"),
     Option("nightly", "", "nightly", help="the nightly channel (--channel nightly)"),
 ]
 VERSION_OPTIONS = [
@@ -28,12 +33,34 @@ UPDATE_OPTIONS = [
 ]
 
 
-def _index_and_channel(values: dict) -> tuple[str, str]:
+def update_settings():
+    """[update] of spur.conf ($SPUR_CONF or /etc/spur/spur.conf); its defaults on a host without one."""
+    from spur_hpc import conf
+    from spur_hpc.cli.controller import DEFAULT_CONF_PATH
+
+    path = os.environ.get("SPUR_CONF") or DEFAULT_CONF_PATH
+    if not os.path.exists(path):
+        return conf.parse("").update
+    try:
+        return conf.load(path).update  # only [update]: no role's rules (a login node may list no controllers)
+    except conf.ConfigError as exc:
+        raise CliError(f"{exc} (or pass --index)") from None
+
+
+def _index_and_channel(values: dict) -> tuple[str, str, str]:
+    """-> (index, channel, cache_dir): the cache of [update] only for [update]'s own index."""
     location = values["index"] or os.environ.get(INDEX_ENV, "")
+    settings = None if location else update_settings()
+    if settings is not None:
+        location = settings.index
     if not location:
-        raise CliError(f"no release index given: pass --index DIR_OR_URL or set {INDEX_ENV}")
-    channel = "nightly" if values["nightly"] else values["channel"] or "stable"
-    return location, channel
+        raise CliError(
+            f"no release index given: pass --index DIR_OR_URL, set {INDEX_ENV}, or set [update] index in spur.conf"
+        )
+    channel = values["channel"] or (settings.channel if settings else "") or "stable"
+    if values["nightly"]:
+        channel = "nightly"
+    return location, channel, settings.cache_dir if settings else ""
 
 
 def version_main(argv: list[str], program: str = "spur version") -> int:
@@ -55,9 +82,9 @@ def version_main(argv: list[str], program: str = "spur version") -> int:
     from spur_hpc.release import selfupdate
     from spur_hpc.release.manifest import ReleaseError
 
-    location, channel = _index_and_channel(values)
+    location, channel, cache_dir = _index_and_channel(values)
     try:
-        result = selfupdate.check(location, channel, (buildinfo.version(), buildinfo.build()))
+        result = selfupdate.check(location, channel, (buildinfo.version(), buildinfo.build()), cache_dir)
     except ReleaseError as exc:
         raise CliError(f"could not check for updates: {exc}") from None
     for line in result.describe():
@@ -84,7 +111,7 @@ def self_update_main(argv: list[str], program: str = "spur self-update") -> int:
     from spur_hpc.release import install, selfupdate
     from spur_hpc.release.manifest import ReleaseError
 
-    location, channel = _index_and_channel(values)
+    location, channel, _cache = _index_and_channel(values)  # an install always reads the index afresh
     prefix = Path(values["prefix"]) if values["prefix"] else selfupdate.detect_prefix() or Path(install.DEFAULT_PREFIX)
     bin_dir = Path(values["bin_dir"]) if values["bin_dir"] else None
     try:

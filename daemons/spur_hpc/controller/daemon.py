@@ -34,6 +34,7 @@ from spur_hpc.daemon import EXIT_FATAL, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer
 from spur_hpc.model import CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr, split_host_port
 from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2_grpc
+from spur_hpc.release import selfupdate
 
 log = logging.getLogger("spurctld")
 
@@ -170,6 +171,11 @@ class ControllerDaemon(MemberStatus, Daemon):
         self.phase = "joining" if self.joining else "running"
         self.watcher = threading.Thread(target=self._watch, name="member-watch", daemon=True)
         self.watcher.start()
+        # [update]: in the background, so a slow or unreachable index never delays the start
+        current = (buildinfo.version(), buildinfo.build())
+        threading.Thread(
+            target=selfupdate.startup_check, args=(self.conf.update, current, log), name="update-check", daemon=True
+        ).start()
         log.info(
             "Raft member %s with peers %s (grpc %s, probes %s)",
             self.raft_addr,
