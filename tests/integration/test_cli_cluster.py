@@ -56,7 +56,9 @@ def test_sbatch_wrap_end_to_end(cluster, agent, shell) -> None:
     wait_until(lambda: job_state(shell, job_id) == "COMPLETED", 30, f"job {job_id} to complete")
     assert (shell.work / f"slurm-{job_id}.out").read_text() == "hi\n"
 
-    assert shell("squeue", "-h", "-j", str(job_id), "-o", "%i %t %N").stdout == f"{job_id} CD {agent.name}\n"
+    assert shell("squeue", "-h", "-j", str(job_id), "-o", "%i %t %N").stdout == ""  # ended: Slurm's wait-loop idiom
+    shown = shell("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%i %t %N").stdout
+    assert shown == f"{job_id} CD {agent.name}\n"
     # This cluster keeps no accounting: sacct says so as Slurm does (test_accounting_sacct_cluster has the records).
     accounting = shell("sacct", "-j", str(job_id), "-P", "-n", check=False)
     assert (accounting.returncode, accounting.stdout, accounting.stderr) == (

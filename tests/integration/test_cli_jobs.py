@@ -103,7 +103,8 @@ def test_an_array_shows_its_pending_rest_and_its_tasks_and_cancels_by_task(agent
 def test_a_dependency_waits_for_its_job(agent, shell) -> None:
     first = shell.submit("-H", "--wrap", "true")
     second = shell.submit(f"--dependency=afterok:{first}", "--wrap", "true")
-    assert shell("squeue", "-h", "-j", str(second), "-o", "%R %E").stdout == f"(Dependency) afterok:{first}\n"
+    shown = shell("squeue", "-h", "-j", str(second), "-o", "%R %E").stdout
+    assert shown == f"(Dependency) afterok:{first}(unfulfilled)\n"
     shell("scontrol", "release", str(first))
     wait_until(lambda: shell.field(second, "JobState") == "COMPLETED", 30, "the dependent job to run")
 

@@ -321,6 +321,8 @@ def list_jobs(argv: list[str], program: str = PROGRAM) -> int:
     request["brief"] = not as_json or slurm_yaml is not None
     if slurm_yaml is not None and not values["states"]:  # 22.05's --json lists every job the controller holds
         request["include_finished"], shown_states = True, None
+    elif as_json and request["job_ids"] and not values["states"]:  # Spur's own -o json: the jobs asked for, ended too
+        shown_states = None
     format_text = values["format"] or (
         START_FORMAT if values["start"] else LONG_FORMAT if values["long"] else jobview.SQUEUE_DEFAULT_FORMAT
     )
