@@ -4,6 +4,7 @@ are reported before it registers, and a node the controller forgot registers aga
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -159,9 +160,17 @@ def restart_in_place(agent: AgentProc) -> None:
     agent.start()
 
 
-def test_agents_restarted_all_at_once_behind_a_dispatch_hold_lose_no_launch(cluster, tmp_path: Path, work: Path):
+def test_agents_restarted_all_at_once_behind_a_dispatch_hold_lose_no_launch(make_cluster, tmp_path: Path, work: Path):
     """Issue 19 item 3: every agent restarts in place at once (batch = all) while a client keeps submitting. Each
-    node asked HoldDispatch first, so no job is sent to a restarting spurd: none needs a second attempt."""
+    node asked HoldDispatch first, so no job is sent to a restarting spurd: none needs a second attempt. (The same
+    cluster's controllers were started with an [update] index that lists a newer build: each logs it, item 7.)"""
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    newer = {"version": "99.0.0", "build": "newer", "path": "99.0.0-newer"}
+    (index_dir / "index.json").write_text(json.dumps({"format": 1, "channels": {"stable": [newer]}}))
+    update = f'[update]\nindex = "{index_dir}"\ncache_dir = "{tmp_path / "update-cache"}"\n'
+    cluster = make_cluster(3, extra_sections=update)
+    wait_until(lambda: cluster.logs().count("-> 99.0.0 (build newer)") >= 3, 20, "every spurctld to log the update")
     # 4 CPUs: a restarting node keeps free CPUs even with the jobs whose ends its stopped spurd has not reported.
     agents = [AgentProc(tmp_path / f"agent{i}", cluster.hosts, cpus=4).start() for i in range(3)]
     # A long job per node keeps each node busy, so a stopping spurd does not deregister it (the window to close).
