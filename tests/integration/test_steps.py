@@ -119,7 +119,7 @@ def test_steps_are_listed_by_squeue_s_cancelled_by_scancel_n_m_and_shown_by_scon
     lines = wait_until(lambda: [x for x in listed() if x.split()[0] == step], 30, "the step to be listed")
     assert lines[0].split()[1:4] == ["sleep", "default", shell.env.get("USER") or lines[0].split()[3]]
     assert lines[0].split()[-1] == "sn[1-2]"
-    assert [x.split()[0] for x in listed()] == [f"{job_id}.batch", step]
+    assert [x.split()[0] for x in listed()] == [step, f"{job_id}.batch"]  # Slurm's order: N.0 before N.batch
     header = shell("squeue", "-s").stdout.splitlines()[0]
     assert header.split() == ["STEPID", "NAME", "PARTITION", "USER", "TIME", "NODELIST"]
     running = shell("scontrol", "show", "step", step).stdout
