@@ -15,6 +15,7 @@ previous one down first, so it never needs cleaning by hand.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import shutil
@@ -244,6 +245,7 @@ def up() -> int:
     fields = wait_for(ended, 60, f"job {job_id} to end")
     exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
     order = watcher.controller_order(VERSIONS["B"])
+    phases, turn = upgrade_split(DEMO / "upgrade-events.json")
     # No leader went down while others still ran A; the last one led, or (leadership having moved during the run)
     # followed a leader already on B: the only other members then. Not "the last was leader" (tests/upgrade_events.py).
     leader_last = (
@@ -265,6 +267,9 @@ def up() -> int:
         "agent_versions_seen": {h: sorted({v for *_, v in watcher.samples[h] if v}) for h in AGENTS},
         "controller_downtime_s": {h: watcher.downtime(h) for h in CONTROLLERS},
         "upgrade_s": upgrade_s,
+        # Where the upgrade's time went (from its event log), and one agent's turn as its task results.
+        "upgrade_phases_s": phases,
+        "agent_turn": turn,
         "total_s": round(time.monotonic() - started, 1),
         "release_a": str(releases["A"]),
         "release_b": str(releases["B"]),
@@ -273,6 +278,26 @@ def up() -> int:
     (DEMO / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print_report(report)
     return 0 if report["job_survived"] and leader_last else 1
+
+
+def upgrade_split(path: Path) -> tuple[dict[str, float], list[str]]:
+    """Seconds from the first step of each phase to the first step of the next (the plan, the stage, the
+    controllers, the WAL level, the agents, the verification), and the first agent's turn, task by task."""
+    try:
+        log = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, []
+    starts: dict[str, float] = {}
+    for event in sorted(log.get("events", []), key=lambda e: e["t"]):
+        starts.setdefault(event["phase"], float(event["t"]))
+    started = calendar.timegm(time.strptime(log["started"], "%Y-%m-%dT%H:%M:%SZ"))
+    ends = sorted(starts.items(), key=lambda item: item[1])
+    phases = {}
+    for (phase, begin), nxt in zip(ends, [*ends[1:], ("end", started + float(log["wall_secs"]))], strict=True):
+        phases[phase] = round(nxt[1] - (started if phase == "preflight" else begin), 1)
+    turns = [hosts for play, hosts in (log.get("task_results") or {}).items() if "Agents, in batches" in play]
+    first = next(iter(turns[0].values()), []) if turns else []
+    return phases, [f"{r['task'].split(' : ', 1)[-1]} ({r['status']}, {r['secs']:.1f} s)" for r in first]
 
 
 def print_report(r: dict) -> None:
@@ -287,6 +312,13 @@ def print_report(r: dict) -> None:
         f"(same supervisor pid {r['supervisor_pid']}), ended {r['job_state']} with exit code {r['job_exit_code']}"
     )
     print(f"rolling upgrade took:          {r['upgrade_s']} s; whole demo {r['total_s']} s")
+    if r["upgrade_phases_s"]:
+        split = ", ".join(f"{phase} {secs:.1f} s" for phase, secs in r["upgrade_phases_s"].items())
+        print(f"  of which:                    {split}")
+    if r["agent_turn"]:
+        print(f"one agent's turn ({len(r['agent_turn'])} task results):")
+        for task in r["agent_turn"]:
+            print(f"    {task}")
     print(f"report: {DEMO / 'report.json'}")
     print("\nThe cluster stays up. Try:")
     print(f"  export SPUR_CONTROLLER_ADDR={CONTROLLER_ADDR} PATH={BIN}:$PATH")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 
 import pytest
@@ -82,8 +83,10 @@ def test_status_reads_the_newest_log_here_and_refuses_what_is_not_one(tmp_path, 
 def test_the_line_is_printed_once_per_change_when_not_a_terminal(tmp_path):
     path = tmp_path / "log.json"
     out = io.StringIO()
+    path.write_text(json.dumps(event_log(status="done")))
+    os.utime(path, (time.time() - 60, time.time() - 60))
     line = upgradeprogress.StatusLine(str(path), out, tty=False)
-    line.refresh()  # no log yet: nothing
+    line.refresh()  # an earlier run's log at the same path: nothing
     path.write_text(json.dumps(event_log(outcomes={"ctl-0": ("upgraded", 5)})))
     line.refresh()
     line.mtime = 0.0  # the same content rewritten: no new line

@@ -155,12 +155,14 @@ def summarize(log: dict[str, Any], now: float | None = None) -> UpgradeStatus:
 
 def _estimate(hosts: dict, to_do: dict, batches: list[list[str]], finished: set[str]) -> float | None:
     """What is left, from the turns so far: the mean controller turn per controller left, the mean agent turn
-    per batch left (a batch's agents take their turns together)."""
-    turns = {"controller": [], "agent": []}
+    per batch left (a batch's agents take their turns together). None before the first turn ends."""
+    turns: dict[str, list[float]] = {"controller": [], "agent": []}
     for h in hosts.values():
         secs = (h.get("detail") or {}).get("secs")
         if h.get("outcome") == "upgraded" and secs is not None:
             turns[h.get("kind", "agent")].append(float(secs))
+    if not turns["controller"] and not turns["agent"]:
+        return None
     left = 0.0
     if to_do["controllers"]:
         if not turns["controller"]:
@@ -203,14 +205,15 @@ class StatusLine:
         self.stream = stream
         self.tty = stream.isatty() if tty is None else tty
         self.last = ""
-        self.mtime = 0.0
+        # A log older than this run (an earlier run's, at the same path) is not this run's progress.
+        self.mtime = time.time() - 1.0
 
     def refresh(self) -> None:
         try:
             mtime = os.path.getmtime(self.log_path)
         except OSError:
             return  # not written yet (the plan is still running)
-        if mtime == self.mtime and not self.tty:
+        if mtime <= self.mtime and not self.tty or mtime < self.mtime:
             return
         self.mtime = mtime
         try:
