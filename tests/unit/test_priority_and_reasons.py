@@ -89,3 +89,23 @@ def test_before_level_4_the_reasons_are_the_reports_words() -> None:
     waiting = submit(s)
     s.apply(rec("job_cancel", job_id=waiting, by="root", time=5.0, reason="Priority"))
     assert s.jobs[waiting]["reason"] == "cancelled by root", "a level-3 member would write this; so does a new one"
+
+
+def test_one_job_asked_for_says_priority_as_the_whole_queue_does_and_keeps_it_when_cancelled() -> None:
+    from types import SimpleNamespace
+
+    from test_dispatch_hold import _Raft
+
+    from spur_hpc.controller.service import ControllerService
+
+    s = cluster(level=4, cpus=4)
+    start(s, submit(s, cpus_per_task=4))  # the node is full
+    blocked, behind = submit(s, cpus_per_task=4), submit(s)
+    conf = SimpleNamespace(controller=SimpleNamespace(write_timeout_secs=1.0, heartbeat_timeout_secs=30.0))
+    service = ControllerService(conf, _Raft(s), lambda addr: None, clock=lambda: 1000.0)
+    everyone = {j["job_id"]: j["reason"] for j in service.list_jobs()}
+    assert (everyone[blocked], everyone[behind]) == ("Resources", "Priority")
+    assert [j["reason"] for j in service.list_jobs(job_ids=[behind])] == ["Priority"], "squeue -j says what squeue does"
+    assert service.get_job(behind)["reason"] == "Priority"
+    service.cancel(behind, 0, "root")
+    assert (s.jobs[behind]["state"], s.jobs[behind]["reason"]) == ("CANCELLED", "Priority")

@@ -459,10 +459,49 @@ class ControllerService:
         reason = reason or job["reason"]
         return job if reason == job["reason"] else {**job, "reason": reason}
 
+    def shown_in_plan_order(
+        self, s: ClusterState, jobs: list[dict[str, Any]], now: float, memo: dict, whole_queue: bool
+    ) -> dict[int, dict[str, Any]]:
+        """{job id: the job as squeue shows it} for the pending ones of `jobs`, their reasons worked out in the
+        planner's order: the first job of a partition that does not fit says why, those of lower priority behind
+        it say Priority (placement.queue_reason). Unless `jobs` holds every pending job of their partitions
+        (whole_queue), the pending jobs of higher priority there are looked at too (squeue -j N says Priority as
+        plain squeue does)."""
+        pending = [j for j in jobs if j["state"] == PENDING]
+        if not pending:
+            return {}
+        wanted = {j["job_id"] for j in pending}
+        order = pending
+        if not whole_queue:
+            last: dict[str, tuple[int, int]] = {}
+            for j in pending:
+                part = placement.job_partition(j["spec"])
+                last[part] = max(last.get(part, (-(2**63), 0)), scheduler.order_key(j))
+            order = pending + [
+                j
+                for j in s.jobs.values()
+                if j["state"] == PENDING
+                and j["job_id"] not in wanted
+                and scheduler.order_key(j) < last.get(placement.job_partition(j["spec"]), (-(2**63), 0))
+            ]
+        shown = {}
+        for j in sorted(order, key=scheduler.order_key):
+            view = self.shown_reason(s, j, now, memo)
+            if j["job_id"] in wanted:
+                shown[j["job_id"]] = view
+        return shown
+
     def get_job(self, job_id: int) -> dict[str, Any]:
         _check_job_id(job_id)
         now = self.clock()
-        job = self.read(lambda s: copy_job(self.shown_reason(s, s.jobs[job_id], now, {}) if job_id in s.jobs else None))
+
+        def one(s: ClusterState) -> dict[str, Any] | None:
+            if job_id not in s.jobs:
+                return None
+            job = s.jobs[job_id]
+            return copy_job(self.shown_in_plan_order(s, [job], now, {}, whole_queue=False).get(job_id, job))
+
+        job = self.read(one)
         if job is None:
             raise errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
         return job
@@ -505,10 +544,7 @@ class ControllerService:
                 if names and j["spec"].get("name") not in names:
                     continue
                 chosen.append(j)
-            # Reasons in the planner's order: the first job of a partition that does not fit says why, those of
-            # lower priority behind it say Priority (placement.queue_reason).
-            pending = sorted((j for j in chosen if j["state"] == PENDING), key=scheduler.order_key)
-            shown = {j["job_id"]: self.shown_reason(s, j, now, memo) for j in pending}
+            shown = self.shown_in_plan_order(s, chosen, now, memo, whole_queue=not (ids or users or names))
             return [view(shown.get(j["job_id"], j)) for j in chosen]
 
         return self.read(collect)
@@ -553,7 +589,9 @@ class ControllerService:
 
         def reason(s: ClusterState) -> str:
             job = s.jobs.get(job_id)
-            return self.shown_reason(s, job, now, {})["reason"] if job is not None else NO_REASON
+            if job is None:
+                return NO_REASON
+            return self.shown_in_plan_order(s, [job], now, {}, whole_queue=False).get(job_id, job)["reason"]
 
         return self.read(reason)
 
