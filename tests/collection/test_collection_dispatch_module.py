@@ -55,7 +55,7 @@ def test_a_registration_ends_the_hold(fake_cluster, controller):
     level_4(controller)
     run_module(spur_dispatch_hold, node_args(fake_cluster))
     controller.add_node("n1")  # the restarted spurd registers
-    assert controller.service.get_node("n1")["dispatch_hold_until"] == 0.0
+    assert controller.service.get_node("n1").get("dispatch_hold_until", 0.0) == 0.0
     assert run_module(spur_dispatch_hold, node_args(fake_cluster))["changed"] is True
 
 

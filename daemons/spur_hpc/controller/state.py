@@ -277,12 +277,14 @@ class ClusterState(StepOps):
             last_registered=float(r["time"]),
             lost_reason="",
             lost_time=0.0,
-            dispatch_hold_until=0.0,  # the restarted agent is back: a hold it asked for before its restart ends
             gres=dict(r.get("gres") or {}),  # [agent] gres and features (placement.py)
             features=list(r.get("features") or []),
             last_busy=node.get("last_busy") or float(r["time"]),  # Slurm's LastBusyTime starts at registration
             **dict(r.get("host") or {}),  # the agent's start, the host's boot, arch, OS and CPU layout, as reported
         )
+        # The restarted agent is back: a hold it asked for before its restart ends (the key goes, so a node that
+        # never held is the same record an older release writes).
+        node.pop("dispatch_hold_until", None)
         # Reconcile: what the agent holds vs what we think runs there.
         reported = {(int(j), int(a)) for j, a in r.get("running", [])}
         stale = []
