@@ -123,3 +123,38 @@ def test_show_job_of_an_array_shows_every_record(cluster, capsys) -> None:
         "JobId=14 ArrayJobId=12 ArrayTaskId=2",
         "JobId=13 ArrayJobId=12 ArrayTaskId=1",
     ]
+
+
+def test_show_job_d_adds_the_derived_exit_code_and_each_nodes_cpu_ids() -> None:
+    share = pb.NodeAllocation(cpus=2, memory_mb=512, cpu_ids=[1, 2], chosen=True,
+                              gres=[pb.GresUnits(key="gpu", indices=[0, 1])])  # fmt: skip
+    one = pb.NodeAllocation(cpus=1, cpu_ids=[0], chosen=True)
+    job = pb.Job(job_id=6, state=pb.RUNNING, nodes=["n1", "n2", "n3"], start_time=100.0,
+                 spec=pb.JobSpec(name="steps", user="alice", alloc_node="localhost", alloc_sid=4242),
+                 steps=[pb.Step(step_id="0", exit_code=3), pb.Step(step_id="1", exit_code=0, signal=9)],
+                 allocs={"n1": share, "n2": share, "n3": one})  # fmt: skip
+    lines = jobrecord.show_job_lines(job, 200.0, group_of=lambda job: ("alice(1)", "alice(1)"), details=True)
+    assert lines[5] == "   DerivedExitCode=3:0"  # the highest step exit code
+    assert "   Partition=default AllocNode:Sid=localhost:4242" in lines
+    at = lines.index("   JOB_GRES=gpu:4")
+    assert lines[at + 1 : at + 3] == [
+        "     Nodes=n[1-2] CPU_IDs=1-2 Mem=512 GRES=gpu:2(IDX:0-1)",
+        "     Nodes=n3 CPU_IDs=0 Mem=0 GRES=",
+    ]
+    assert lines[at + 3].startswith("   MinCPUsNode=")
+    plain = jobrecord.show_job_lines(job, 200.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    assert not any("JOB_GRES" in line or "DerivedExitCode" in line for line in plain)
+
+
+def test_a_waiting_job_without_mem_asks_for_a_whole_nodes_memory_in_its_tres() -> None:
+    waiting = pb.Job(job_id=10, state=pb.PENDING, spec=pb.JobSpec(name="w", user="alice", cpus_per_task=4))
+    running = pb.Job(job_id=11, state=pb.RUNNING, start_time=5.0, nodes=["n1"], spec=waiting.spec)
+    group = lambda job: ("alice(1)", "alice(1)")  # noqa: E731
+    assert "   TRES=cpu=4,mem=4G,node=1,billing=4" in jobrecord.show_job_lines(waiting, 9.0, group, node_memory_mb=4096)
+    assert "   TRES=cpu=4,node=1,billing=4" in jobrecord.show_job_lines(running, 9.0, group, node_memory_mb=4096)
+
+
+def test_show_job_asks_the_partitions_memory_only_for_a_waiting_job_without_mem(cluster, capsys) -> None:
+    cluster.add_node("n1", resources=pb.NodeResources(cpus=4, memory_mb=2048))
+    code, out, _err = run(["show", "job", "5"], capsys)  # the fixture's job 5: pending, no --mem
+    assert code == 0 and "   TRES=cpu=4,mem=2G,node=1,billing=4" in out.splitlines()

@@ -45,7 +45,9 @@ def test_schema_from_slurm_proto_matches_the_generated_descriptors() -> None:
             assert mine.number == field.number, f"{name}.{field.name}"
             if field.message_type is not None and field.message_type.GetOptions().map_entry:
                 key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
-                assert mine.map_types == (_SCALAR_NAMES[key.type], _SCALAR_NAMES.get(value.type, value.type)), name
+                value_name = _SCALAR_NAMES.get(value.type, value.type)
+                value_name = value.message_type.name if value.message_type else value_name
+                assert mine.map_types == (_SCALAR_NAMES[key.type], value_name), name
                 continue
             assert mine.repeated == field.is_repeated, f"{name}.{field.name}"
             if field.message_type is not None:

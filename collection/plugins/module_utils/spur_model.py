@@ -134,6 +134,8 @@ JOB_SPEC_FIELDS = {
     "cluster_name": str,
     "interactive": bool,
     "command": str,
+    "alloc_node": str,  # set by the controller from the client's address, whatever the client sent
+    "alloc_sid": int,
 }
 
 

@@ -72,12 +72,16 @@ def eligible(job: Any) -> bool:
     return bool(job.eligible_time)
 
 
-def tres_text(job: Any) -> str:
-    """TRES=cpu=N[,mem=M],node=K,billing=N: what the job holds, or asks for while pending."""
+def tres_text(job: Any, node_memory_mb: int = 0) -> str:
+    """TRES=cpu=N[,mem=M],node=K,billing=N: what the job holds, or asks for while pending. A pending job without
+    --mem asks for a whole node's memory (DefMemPerNode=UNLIMITED): node_memory_mb, its partition's largest node's,
+    on each node; once it runs it holds none of its own (Slurm shows no mem= then either)."""
     spec = job.spec
     cpus = jobview.cpu_count(job)
     nodes = jobview.node_count(job)
     memory = spec.mem_per_cpu_mb * cpus if spec.mem_per_cpu_mb else spec.memory_mb * nodes
+    if not memory and not job.start_time and jobview.state_name(job) in ("PENDING", "CANCELLED"):
+        memory = node_memory_mb * nodes
     mem = f",mem={units.format_tres_memory(memory)}" if memory else ""
     return f"cpu={cpus}{mem},node={nodes},billing={cpus}"
 
@@ -95,8 +99,35 @@ def derived_exit_code(job: Any) -> str:
     return f"{code}:{sig}"
 
 
-def show_job_lines(job: Any, now: float, group_of: Any = None, details: bool = False) -> list[str]:
-    """One job's record: the lines continued with three spaces, and the empty continuation Slurm ends it with."""
+def node_detail_lines(job: Any) -> list[str]:
+    """-d's JOB_GRES line and, per group of nodes holding the same share, `Nodes=... CPU_IDs=... Mem=... GRES=`
+    (the CPU ids and gres units the controller chose for the job on each node; none before WAL level 3)."""
+    groups: dict[tuple[str, int, str], list[str]] = {}
+    totals: dict[str, int] = {}
+    for node in job.nodes:
+        alloc = job.allocs.get(node) if node in job.allocs else None
+        if alloc is None or not alloc.chosen:
+            continue
+        gres = []
+        for unit in alloc.gres:
+            totals[unit.key] = totals.get(unit.key, 0) + len(unit.indices)
+            gres.append(f"{unit.key}:{len(unit.indices)}(IDX:{units.format_id_ranges(list(unit.indices))})")
+        share = (units.format_id_ranges(list(alloc.cpu_ids)), int(alloc.memory_mb), ",".join(gres))
+        groups.setdefault(share, []).append(node)
+    if not groups:
+        return []
+    job_gres = ",".join(f"{key}:{count}" for key, count in sorted(totals.items())) or "(null)"
+    lines = [f"   JOB_GRES={job_gres}"]
+    for (cpu_ids, memory, gres), names in groups.items():
+        lines.append(f"     Nodes={model.compress_hostlist(names)} CPU_IDs={cpu_ids} Mem={memory} GRES={gres}")
+    return lines
+
+
+def show_job_lines(
+    job: Any, now: float, group_of: Any = None, details: bool = False, node_memory_mb: int = 0
+) -> list[str]:
+    """One job's record: the lines continued with three spaces, and the empty continuation Slurm ends it with.
+    node_memory_mb: the largest memory of a node of the job's partition (what a job without --mem asks for)."""
     state = jobview.state_name(job)
     spec = job.spec
     user, group = group_of(job) if group_of else user_and_group(job)
@@ -128,7 +159,8 @@ def show_job_lines(job: Any, now: float, group_of: Any = None, details: bool = F
         f"   SuspendTime={units.format_timestamp(job.suspend_time, 'None')} SecsPreSuspend={int(pre_suspend)} "
         f"LastSchedEval={units.format_timestamp(job.start_time or job.eligible_time or job.submit_time)} "
         "Scheduler=Main",
-        f"   Partition={jobview.partition(job)} AllocNode:Sid={spec.submit_host or '(null)'}:0",
+        f"   Partition={jobview.partition(job)} AllocNode:Sid={spec.alloc_node or spec.submit_host or '(null)'}:"
+        f"{spec.alloc_sid}",
         f"   ReqNodeList={spec.nodelist or '(null)'} ExcNodeList={spec.exclude or '(null)'}",
         f"   NodeList={model.compress_hostlist(list(job.nodes))}",
     ]
@@ -137,14 +169,16 @@ def show_job_lines(job: Any, now: float, group_of: Any = None, details: bool = F
     lines += [
         f"   NumNodes={jobview.node_count(job)} NumCPUs={jobview.cpu_count(job)} NumTasks={max(1, spec.tasks)} "
         f"CPUs/Task={max(1, spec.cpus_per_task)} ReqB:S:C:T=0:0:*:*",
-        f"   TRES={tres_text(job)}",
+        f"   TRES={tres_text(job, node_memory_mb)}",
         f"   Socks/Node=* NtasksPerN:B:S:C={spec.ntasks_per_node}:0:*:* CoreSpec=*",
     ]
+    if details:
+        lines += node_detail_lines(job)
     lines += [
         f"   MinCPUsNode={cpus_per_node} {min_memory_line(spec)} MinTmpDiskNode=0",
         f"   Features={spec.constraint or '(null)'} DelayBoot=00:00:00",
         f"   OverSubscribe={'NO' if spec.exclusive else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
-        "   Command=(null)",  # Spur keeps the batch script's text, not the path it was read from
+        f"   Command={spec.command or '(null)'}",  # the script's path as sbatch read it; none for --wrap or stdin
         f"   WorkDir={spec.work_dir}",
     ]
     if spec.comment:

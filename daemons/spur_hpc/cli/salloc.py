@@ -37,6 +37,7 @@ def allocation_spec(parsed, command: list[str], environ: dict[str, str], program
         "environment": {},
         "interactive": True,
         "submit_host": caller.host_name(),
+        "alloc_sid": os.getsid(0),  # scontrol show job's AllocNode:Sid
     }
     fields = parsed.spec_fields()
     fields.pop("environment", None)

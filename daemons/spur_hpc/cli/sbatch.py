@@ -182,6 +182,7 @@ def build_spec(
         "account": "",
         "argv": list(argv),
         "submit_host": socket.gethostname(),
+        "alloc_sid": os.getsid(0),  # scontrol show job's AllocNode:Sid
     }
     spec.update({key: value for key, value in fields.items() if value is not None})
     spec["name"] = spec["name"] or default_name

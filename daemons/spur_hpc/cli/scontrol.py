@@ -79,6 +79,18 @@ def _show_partitions_json(client: Any, names: list[str], yaml: bool) -> int:
     return 0
 
 
+def partition_memory(client: Any, jobs: list[Any]) -> dict[str, int]:
+    """The largest node memory of each partition, for the TRES of jobs still waiting without --mem (asked only
+    when the records shown have one)."""
+    if not any(not j.start_time and not j.spec.memory_mb and not j.spec.mem_per_cpu_mb for j in jobs):
+        return {}
+    from spur_hpc.cli import sinfo
+
+    nodes = list(client.call("ListNodes").nodes)
+    by_name = {n.name: n.resources.memory_mb for n in nodes}
+    return {p.name: max((by_name.get(n, 0) for n in p.nodes), default=0) for p in sinfo.list_partitions(client, nodes)}
+
+
 def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
     if not args:
         raise CliError("show needs what to show: node, nodes, job or jobs (like: scontrol show job 42)")
@@ -156,7 +168,12 @@ def show(client: Any, args: list[str], values: dict[str, Any]) -> int:
         else:
             now = time.time()
             details = values["details"]
-            _print_records([jobrecord.show_job_lines(j, now, details=details) for j in jobs], values["oneliner"])
+            memory = partition_memory(client, jobs)
+            records = [
+                jobrecord.show_job_lines(j, now, details=details, node_memory_mb=memory.get(jobview.partition(j), 0))
+                for j in jobs
+            ]
+            _print_records(records, values["oneliner"])
         return 0
     if what in ("step", "steps"):
         from spur_hpc.cli import stepview

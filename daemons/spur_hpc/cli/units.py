@@ -70,6 +70,18 @@ def format_limit(seconds: int, unlimited: str = "UNLIMITED", clock: bool = False
     return format_clock(seconds) if clock else format_duration(seconds)
 
 
+def format_id_ranges(ids: list[int]) -> str:
+    """CPU or gres unit ids as Slurm's bitmaps print them: runs of consecutive ids as a-b, the rest by commas
+    (0-3,6). Not model.format_array_ranges: that writes strides (0-6:2), which a bitmap never shows."""
+    runs: list[list[int]] = []
+    for value in sorted(set(ids)):
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
 def format_tres_memory(mb: int) -> str:
     """Memory as Slurm's TRES and MinMemory* write it: 4G for 4096 MB, 1500M otherwise."""
     return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"

@@ -10,11 +10,11 @@ from typing import Any
 import grpc
 
 from spur_hpc import buildinfo, grpcutil
-from spur_hpc.controller import errors, partitions, placement
+from spur_hpc.controller import errors, partitions, peer_names, placement
 from spur_hpc.controller.service import ControllerService, copy_job, shown_state
 from spur_hpc.controller.steplaunch import step_to_pb, steps_key, steps_to_pb
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
-from spur_hpc.protoconv import spec_from_pb, spec_to_pb
+from spur_hpc.protoconv import alloc_to_pb, spec_from_pb, spec_to_pb
 
 log = logging.getLogger("spurctld.grpc")
 
@@ -87,15 +87,19 @@ JOB_RECORD_FIELDS = {
 }
 
 
-def job_to_pb(job: dict[str, Any], brief: bool = False) -> slurm_pb2.Job:
+def job_to_pb(job: dict[str, Any], brief: bool = False, allocs: bool = True) -> slurm_pb2.Job:
+    """A job record as the API shows it; brief leaves out the script and environment, allocs=False (the queue
+    listings) what it holds on each node."""
     fields = {f: job.get(f, default) for f, default in JOB_RECORD_FIELDS.items()}
     if job.get("suspend_attempt") != job.get("attempt"):  # suspended in an earlier run only: not this run's times
         fields.update(suspend_time=0.0, suspended_secs=0.0)
+    per_node = ((job.get("alloc") or {}).get("per_node") or {}) if allocs else {}
     return slurm_pb2.Job(
         job_id=job["job_id"],
         spec=spec_to_pb(job["spec"], brief),
         state=_JOB_STATES[shown_state(job)],
         steps=steps_to_pb(job),
+        allocs={node: alloc_to_pb(job, node) for node in job["nodes"] if node in per_node},
         **fields,
     )
 
@@ -134,7 +138,7 @@ class BriefJobList:
         parts = []
         for job_id, key, data, job in views:
             if data is None:
-                data = job_to_pb(job, brief=True).SerializeToString()
+                data = job_to_pb(job, brief=True, allocs=False).SerializeToString()
             kept[job_id] = (key, data)
             parts.append(_JOBS_FIELD_TAG + _varint(len(data)))
             parts.append(data)
@@ -376,6 +380,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
+        spec["alloc_node"] = peer_names.host_of(context.peer())  # Slurm's AllocNode: the client's address, resolved
         if spec.get("nice", 0) < 0:  # a negative nice raises the job's priority over other users' jobs
             self.node.authz.require_admin(who, "submit with a negative --nice")
         if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
