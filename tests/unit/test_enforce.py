@@ -102,6 +102,57 @@ def test_the_v1_hierarchies_are_read_from_the_mount_table(tmp_path) -> None:
     }
 
 
+def test_a_read_only_v1_hierarchy_is_not_used_and_a_writable_one_mounted_over_it_is(tmp_path) -> None:
+    # A systemd-nspawn container (tier 2) sees the host's v1 hierarchies read-only; a writable subtree bound over one
+    # of them (tools/testhosts) comes later in the mount table and is what the path shows.
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("pids\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "cgroup /sys/fs/cgroup/memory cgroup ro,nosuid,nodev,noexec,relatime,memory 0 0\n"
+        "cgroup /sys/fs/cgroup/cpuset cgroup ro,nosuid,nodev,noexec,relatime,cpuset 0 0\n"
+        "cgroup /sys/fs/cgroup/devices cgroup ro,nosuid,nodev,noexec,relatime,devices 0 0\n"
+        f"cgroup {unified} cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n"
+        "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
+    )
+    layout = enforce.host_layout(str(mounts))
+    assert layout["cgroup1_mounts"] == {"memory": "/sys/fs/cgroup/memory"}
+    assert layout["cgroup1_read_only"] == ["cpuset", "devices"]
+    assert layout["use"] == {"memory": "v1", "cpuset": "none", "cpu": "none", "devices": "v2 BPF"}
+    assert "read-only, so unusable: cpuset,devices" in enforce.describe_layout(layout)
+
+
+def test_on_cgroup_v2_the_limits_are_written_into_the_jobs_cgroup_and_controllers_enabled_above_it(
+    tmp_path, monkeypatch
+) -> None:
+    # Neither test tier has memory or cpuset on cgroup v2 (this kernel binds them to v1): a fake unified tree here.
+    mount = tmp_path / "cgroup"
+    job = mount / "spur" / "n1-0000" / "job_5_0"
+    job.mkdir(parents=True)
+    layout = {
+        "cgroup2_mount": str(mount),
+        "cgroup2_controllers": ["cpu", "cpuset", "memory"],
+        "cgroup1_mounts": {},
+        "cgroup1_read_only": [],
+        "use": {"memory": "v2", "cpuset": "v2", "cpu": "v2", "devices": "v2 BPF"},
+    }
+    monkeypatch.setattr(enforce, "host_layout", lambda: layout)
+    monkeypatch.setattr(enforce, "find_cgroup2_mount", lambda: str(mount))
+    monkeypatch.setattr(enforce, "usable_cpus", lambda: [0, 1, 2, 3])
+    alloc = {"cpus": 2, "memory_mb": 64, "cpu_ids": [1, 3], "gres_ids": {}, "chosen": True}
+    enforcer = enforce.Enforcer(launch(alloc, cpu_quota=True, oom_kill_job=True), str(tmp_path), 5, 0)
+    enforcer.install(str(job))
+    assert (job / "memory.max").read_text() == (job / "memory.high").read_text() == str(64 * enforce.MIB)
+    assert (job / "memory.swap.max").read_text() == "max" and (job / "memory.oom.group").read_text() == "1"
+    assert (job / "cpuset.cpus").read_text() == "1,3"
+    assert (job / "cpu.max").read_text() == "200000 100000"
+    for level in (mount, mount / "spur", mount / "spur" / "n1-0000"):
+        assert (level / "cgroup.subtree_control").read_text() == "+memory +cpuset +cpu", level
+    (job / "memory.events").write_text("low 0\nhigh 3\nmax 1\noom 1\noom_kill 1\n")
+    assert enforcer.oom_kills() == 1
+
+
 def test_cgroup_keys_have_slurm_like_defaults_and_gres_files_must_match_the_counts(tmp_path) -> None:
     c = load_text(tmp_path, agent_toml(), role="agent")
     assert enforce.cgroup_settings(c.cgroup) == {

@@ -7,10 +7,11 @@ an allocation, it only installs it. Which hierarchy carries each limit is chosen
 - cgroup v2, when the unified hierarchy has the controller (memory, cpuset, cpu): memory.max / memory.high /
   memory.swap.max, cpuset.cpus, cpu.max in the job's tracking cgroup (tracking.py).
 - cgroup v1, on a hybrid host (the v2 tree without those controllers, the v1 memory / cpuset / devices / cpu
-  hierarchies mounted): <v1 mount>/spur/<node>-<hash>/job_<id>_<attempt>, a step in a child step_<id> of it.
+  hierarchies mounted writable; a container's read-only view of them is no use):
+  <v1 mount>/spur/<node>-<hash>/job_<id>_<attempt>, a step in a child step_<id> of it.
   memory.limit_in_bytes, memory.memsw.limit_in_bytes, cpuset.cpus, devices.deny / devices.allow, cpu.cfs_*.
-- The device filter: the v1 devices controller where it is mounted, else a BPF_PROG_TYPE_CGROUP_DEVICE program
-  attached to the job's cgroup v2 directory. Without the capabilities for that it logs "device filter not
+- The device filter: the v1 devices controller where it is mounted writable, else a BPF_PROG_TYPE_CGROUP_DEVICE
+  program attached to the job's cgroup v2 directory. Without the capabilities for that it logs "device filter not
   installed" and runs the job unfiltered (or refuses the launch with required = true).
 
 Anything that cannot be installed is one log line and a degraded job, unless [cgroup] required = true: then the
@@ -71,9 +72,13 @@ def cgroup_settings(cgroup_conf: Any) -> dict[str, Any]:
     }
 
 
-def find_v1_mounts(mounts_file: str = "/proc/mounts") -> dict[str, str]:
-    """controller -> mount point of the cgroup v1 hierarchies that carry memory, cpuset, devices, cpu."""
-    found: dict[str, str] = {}
+def v1_hierarchies(mounts_file: str = "/proc/mounts") -> dict[str, tuple[str, bool]]:
+    """controller -> (mount point, writable) of the cgroup v1 hierarchies that carry memory, cpuset, devices, cpu.
+
+    A later mount at the same point covers the earlier ones (a container manager binds a writable subtree over
+    the read-only view systemd-nspawn gives a container), so the last entry of a controller decides. A read-only
+    hierarchy (nspawn's own view, a container without delegation) cannot hold a job's cgroup."""
+    found: dict[str, tuple[str, bool]] = {}
     try:
         with open(mounts_file, encoding="utf-8") as fh:
             for line in fh:
@@ -82,11 +87,16 @@ def find_v1_mounts(mounts_file: str = "/proc/mounts") -> dict[str, str]:
                     continue
                 options = fields[3].split(",")
                 for controller in V1_CONTROLLERS:
-                    if controller in options and controller not in found:
-                        found[controller] = fields[1].encode().decode("unicode_escape")
+                    if controller in options:
+                        found[controller] = (fields[1].encode().decode("unicode_escape"), "ro" not in options)
     except OSError:
         pass
     return found
+
+
+def find_v1_mounts(mounts_file: str = "/proc/mounts") -> dict[str, str]:
+    """controller -> mount point of the writable cgroup v1 hierarchies that carry memory, cpuset, devices, cpu."""
+    return {controller: path for controller, (path, writable) in v1_hierarchies(mounts_file).items() if writable}
 
 
 def v2_controllers(mount: str | None) -> set[str]:
@@ -99,11 +109,12 @@ def v2_controllers(mount: str | None) -> set[str]:
         return set()
 
 
-def host_layout() -> dict[str, Any]:
+def host_layout(mounts_file: str = "/proc/mounts") -> dict[str, Any]:
     """What this host offers, and which hierarchy each limit would use (spurd's log at start and /status)."""
-    v2 = find_cgroup2_mount()
+    v2 = find_cgroup2_mount(mounts_file)
     v2_has = v2_controllers(v2)
-    v1 = find_v1_mounts()
+    hierarchies = v1_hierarchies(mounts_file)
+    v1 = {controller: path for controller, (path, writable) in hierarchies.items() if writable}
     use: dict[str, str] = {}
     for limit, controller in (("memory", "memory"), ("cpuset", "cpuset"), ("cpu", "cpu")):
         if controller in v2_has:
@@ -117,6 +128,7 @@ def host_layout() -> dict[str, Any]:
         "cgroup2_mount": v2 or "",
         "cgroup2_controllers": sorted(v2_has),
         "cgroup1_mounts": v1,
+        "cgroup1_read_only": sorted(c for c, (_path, writable) in hierarchies.items() if not writable),
         "use": use,
     }
 
@@ -129,6 +141,11 @@ def describe_layout(layout: dict[str, Any]) -> str:
         f"{','.join(layout['cgroup2_controllers']) or '(none)'}; cgroup v1 hierarchies: "
         f"{','.join(sorted(layout['cgroup1_mounts'])) or '(none)'}"
     )
+    if layout.get("cgroup1_read_only"):
+        why += (
+            f"; read-only, so unusable: {','.join(layout['cgroup1_read_only'])} (a container's view: give it a "
+            "writable subtree of them)"
+        )
     return f"{'; '.join(parts)} ({why})"
 
 
@@ -353,14 +370,14 @@ class Enforcer:
             elif "memory" in v1:
                 self._v1_memory(v1["memory"])
             else:
-                self.problems.append("memory limit not installed: no cgroup memory controller on this host")
+                self.problems.append("memory limit not installed: no writable cgroup memory controller on this host")
         if plan.cpus:
             if use["cpuset"] == "v2" and v2_dir:
                 self._try("cpuset", lambda: self._v2_cpuset())
             elif "cpuset" in v1:
                 self._try("cpuset", lambda: self._v1_cpuset(v1["cpuset"]))
             else:
-                self.problems.append("cpuset not installed: no cgroup cpuset controller on this host")
+                self.problems.append("cpuset not installed: no writable cgroup cpuset controller on this host")
         if s.get("cpu_quota") and plan.cpu_count:
             if use["cpu"] == "v2" and v2_dir:
                 self._try(
@@ -369,7 +386,7 @@ class Enforcer:
             elif "cpu" in v1:
                 self._try("cpu quota", lambda: self._v1_cpu(v1["cpu"]))
             else:
-                self.problems.append("cpu quota not installed: no cgroup cpu controller on this host")
+                self.problems.append("cpu quota not installed: no writable cgroup cpu controller on this host")
         if s.get("constrain_devices"):
             if "devices" in v1:
                 self._try("device filter", lambda: self._v1_devices(v1["devices"]))
@@ -535,7 +552,7 @@ class Enforcer:
         except OSError as exc:
             self.problems.append(
                 f"device filter not installed: {exc.strerror or exc} (a BPF device program needs CAP_BPF and "
-                "CAP_NET_ADMIN, or CAP_SYS_ADMIN)"
+                "CAP_NET_ADMIN, or CAP_SYS_ADMIN, and a bpf() system call that no seccomp filter refuses)"
             )
             return
         self.installed.append(f"device filter allowing {len(self.plan.granted)} gres files (v2 BPF)")
