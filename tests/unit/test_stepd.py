@@ -193,19 +193,33 @@ def test_time_limit_ends_job_with_timeout(tmp_path: Path, work: Path) -> None:
 
 
 def test_a_suspended_job_stops_and_its_time_limit_waits_until_it_resumes(tmp_path: Path, work: Path) -> None:
-    """scontrol suspend's request: the job's processes stop (state T), the 2 s limit does not run out while
-    stopped for 2.5 s, and after resume the job still gets its whole limit of run time."""
+    """scontrol suspend's request: the job's processes stop (its cgroup frozen where it has one, else SIGSTOP),
+    the 2 s limit does not run out while stopped for 2.5 s, and after resume the job gets its whole limit."""
     node = unique_node()
-    session = new_session(tmp_path / "state", node, 49, "sleep 30\n", work_dir=str(work), time_limit_secs=2)
+    ticks = work / "ticks"
+    script = f"while :; do echo x >> {ticks}; sleep 0.05; done\n"
+    session = new_session(tmp_path / "state", node, 49, script, work_dir=str(work), time_limit_secs=2)
     sup = launch_supervisor(session, node, "--kill-wait", "1")
-    job_pid = wait_until(lambda: sup.call("status").get("job_pid"), 5, "the job to start")
+    wait_until(lambda: ticks.exists(), 5, "the job to tick")
     assert sup.call("suspend", resume=False)["delivered"]
-    wait_until(lambda: Path(f"/proc/{job_pid}/stat").read_text().split(")")[1].split()[0] == "T", 5, "SIGSTOP")
-    stopped_until = time.monotonic() + 2.5
-    while time.monotonic() < stopped_until:  # past the limit, but suspended: still running
-        assert sup.call("status")["state"] == "running"
+    tracking = sup.call("status")["tracking"]
+    if tracking.startswith("cgroup "):
+        freeze = Path(tracking.removeprefix("cgroup "), "cgroup.freeze")
+        wait_until(lambda: freeze.read_text().strip() == "1", 5, "the job's cgroup to be frozen")
+
+    def settled() -> bool:
+        before = ticks.stat().st_size
+        time.sleep(0.2)
+        return ticks.stat().st_size == before
+
+    wait_until(settled, 5, "the ticks to stop")
+    size, stopped_until = ticks.stat().st_size, time.monotonic() + 2.5
+    while time.monotonic() < stopped_until:  # past the limit, but suspended: still running, and not ticking
+        assert sup.call("status")["state"] == "running" and ticks.stat().st_size == size
         time.sleep(0.1)
+    assert ("suspended (cgroup.freeze=1)" in sup.log_text()) == tracking.startswith("cgroup "), sup.log_text()
     assert sup.call("suspend", resume=True)["delivered"]
+    wait_until(lambda: ticks.stat().st_size > size, 5, "the resumed job to tick")
     result = sup.wait_result(30)
     assert result["state"] == "TIMEOUT"
     assert result["end_time"] - result["start_time"] >= 2 + 2.5, result  # the limit moved on by the suspension

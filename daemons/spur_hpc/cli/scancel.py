@@ -211,7 +211,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
             failures += 1
             if not quiet:
                 error_line(program, f"Kill job error on job id {label}: Invalid job id specified")
-        elif verbose and not quiet and not finished:
-            what = f"Signal {signal} sent to" if signal else "Terminating"
-            print(f"{program}: {what} job {label}", file=sys.stderr)
+        elif verbose and not quiet and not finished:  # Slurm's verbose lines
+            kind = "step" if tasks.startswith(".") else "job"
+            what = f"Signal {signal} to {kind}" if signal else f"Terminating {kind}"
+            print(f"{program}: {what} {label}", file=sys.stderr)
     return 1 if failures else 0

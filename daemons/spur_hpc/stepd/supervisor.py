@@ -81,6 +81,7 @@ class Supervisor:
         self._cancel_reason = ""
         self._signals: list[int] = []
         self._suspends: list[bool] = []  # scontrol suspend (False) / resume (True), in order, for the run loop
+        self._suspended = False  # stopped by scontrol suspend now
         self._timed_out = False
         self._terminating = False
         self._kill_at: float | None = None
@@ -392,12 +393,12 @@ class Supervisor:
                     deadline = None if deadline is None else deadline + paused
                     warn_at = None if warn_at is None else warn_at + paused
                     suspended_at = None
-                    count = self.tracker.signal(signal.SIGCONT)
-                    log.info("job %d: resumed after %.1f s (SIGCONT to %d processes)", self.job_id, paused, count)
+                    self._suspended = False
+                    done = self.tracker.stop(False)
+                    log.info("job %d: resumed after %.1f s (%s)", self.job_id, paused, done)
                 elif not resume and suspended_at is None and not self._terminating:
-                    suspended_at = now
-                    count = self.tracker.signal(signal.SIGSTOP)
-                    log.info("job %d: suspended (SIGSTOP to %d processes)", self.job_id, count)
+                    suspended_at, self._suspended = now, True
+                    log.info("job %d: suspended (%s)", self.job_id, self.tracker.stop(True))
             if self.stopping.is_set() and not cancel_reason:
                 cancel_reason = "spurstepd was asked to stop"
                 with self._cond:
@@ -468,6 +469,9 @@ class Supervisor:
             "job %d attempt %d: %s: sending SIGTERM to %s", self.job_id, self.attempt, why, self.tracker.describe()
         )
         self._terminating = True
+        if self._suspended:  # a frozen cgroup delivers no signal until it thaws
+            self.tracker.stop(False)
+            self._suspended = False
         self.tracker.signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
         self.tracker.signal(signal.SIGTERM)
         self._kill_at = time.monotonic() + self.kill_wait

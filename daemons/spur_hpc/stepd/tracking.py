@@ -68,6 +68,11 @@ class Tracker:
                 pass
         return count
 
+    def stop(self, stopped: bool) -> str:
+        """scontrol suspend (stopped) / resume: SIGSTOP / SIGCONT to every process; says what was done."""
+        sig = signal.SIGSTOP if stopped else signal.SIGCONT
+        return f"{sig.name} to {self.signal(sig)} processes"
+
     def kill_all(self) -> None:
         # Repeat: a process may fork between listing and killing; a killed one cannot fork again.
         for _ in range(50):
@@ -152,6 +157,17 @@ class CgroupTracker(Tracker):
         except FileNotFoundError:
             return False
         return bool(self.pids())
+
+    def stop(self, stopped: bool) -> str:
+        """The cgroup v2 freezer (cgroup.freeze): the whole tree stops at once, a process forked meanwhile too.
+        A resume also sends SIGCONT, for a process stopped by signal (a freeze that was not available then)."""
+        try:
+            with open(self._file("cgroup.freeze"), "w", encoding="ascii") as fh:
+                fh.write("1" if stopped else "0")
+        except OSError as exc:
+            log.info("cgroup.freeze of %s: %s; signals instead", self.path, exc.strerror or exc)
+            return super().stop(stopped)
+        return "cgroup.freeze=1" if stopped else f"cgroup.freeze=0 and {super().stop(False)}"
 
     def kill_all(self) -> None:
         try:
