@@ -158,3 +158,26 @@ def test_show_job_asks_the_partitions_memory_only_for_a_waiting_job_without_mem(
     cluster.add_node("n1", resources=pb.NodeResources(cpus=4, memory_mb=2048))
     code, out, _err = run(["show", "job", "5"], capsys)  # the fixture's job 5: pending, no --mem
     assert code == 0 and "   TRES=cpu=4,mem=2G,node=1,billing=4" in out.splitlines()
+
+
+def test_requeue_of_an_unknown_job_is_slurms_line(cluster, capsys) -> None:
+    assert run(["requeue", "99"], capsys) == (1, "", "Invalid job id specified for job 99\n")
+
+
+def test_suspend_resume_and_hold_refusals_are_slurms_two_lines(cluster, capsys) -> None:
+    cluster.add_job(6, state=pb.RUNNING, nodes=["n1"])
+    cluster.add_job(7, state=pb.COMPLETED)
+    assert run(["suspend", "6"], capsys) == (0, "", "")
+    assert cluster.state.jobs[6].state == pb.SUSPENDED
+    assert run(["resume", "6"], capsys) == (0, "", "")
+    assert cluster.state.jobs[6].state == pb.RUNNING
+    assert run(["suspend", "99"], capsys) == (
+        1, "", "Invalid job id specified for job 99\nslurm_suspend error: Invalid job id specified\n"
+    )  # fmt: skip
+    assert run(["hold", "7"], capsys) == (
+        1, "", "Job has already finished for job 7\nslurm_suspend error: Job has already finished\n"
+    )  # fmt: skip
+    code, _out, err = run(["resume", "5"], capsys)  # pending, not suspended: the controller's own words
+    assert code == 1 and err.splitlines() == [
+        "job 5 cannot be resumed now for job 5", "slurm_suspend error: job 5 cannot be resumed now"
+    ]  # fmt: skip

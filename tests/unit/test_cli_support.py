@@ -189,6 +189,28 @@ class FakeController(pb_grpc.SlurmControllerServicer):
                 context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} does not exist")
             return self.state.jobs[request.job_id]
 
+    def _job_command(self, request, context, wanted: int, became: int, what: str):
+        """HoldJob / SuspendJob as the controller answers them: the job must be in state `wanted`."""
+        self._leader_only(context)
+        with self.state.lock:
+            job = self.state.jobs.get(request.job_id)
+            if job is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} does not exist")
+            if job.state != wanted:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {request.job_id} cannot be {what} now")
+            job.state = became
+            return job
+
+    def HoldJob(self, request, context):
+        self._record("HoldJob")
+        return self._job_command(request, context, pb.PENDING, pb.PENDING, "held")
+
+    def SuspendJob(self, request, context):
+        self._record("SuspendJob")
+        if request.resume:
+            return self._job_command(request, context, pb.SUSPENDED, pb.RUNNING, "resumed")
+        return self._job_command(request, context, pb.RUNNING, pb.SUSPENDED, "suspended")
+
     def CancelJob(self, request, context):
         self._record("CancelJob")
         self.state.cancel_signals.append(request.signal)

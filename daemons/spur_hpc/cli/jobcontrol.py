@@ -10,7 +10,7 @@ import time
 
 from spur_hpc import model
 from spur_hpc.cli import commandline, units
-from spur_hpc.cli.runner import CliError, error_line, printable
+from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,10 +133,11 @@ def requeue(client: Any, command: str, args: list[str]) -> int:
                 "RequeueJob", {"job_id": job_id, "hold": command == "requeuehold", "requested_by": me}, write=True
             )
         except RpcError as exc:
+            from spur_hpc.cli import scontrol
+
             commandline.stop_if_unreachable(exc, f"job {job_id}", len(job_ids) - index - 1)
             failures += 1
-            detail = "Invalid job id specified" if exc.code == "NOT_FOUND" else exc.details
-            error_line(PROGRAM, f"job {job_id}: {detail}")
+            print(printable(f"{scontrol.job_error_text(client, exc, job_id)} for job {job_id}"), file=sys.stderr)
     return 1 if failures else 0
 
 
