@@ -69,7 +69,8 @@ def agent(one, tmp_path: Path, extra: str = "", cpus: int = 2, start: bool = Tru
 def test_a_job_over_its_memory_limit_ends_out_of_memory_and_one_within_it_completes(one, tmp_path, work):
     c = Client(one)
     spurd = agent(one, tmp_path)
-    assert spurd.status()["cgroup"]["use"]["memory"] in ("v1", "v2")
+    layout = spurd.status()["cgroup"]
+    assert layout["use"]["memory"] in ("v1", "v2") and f"memory via {layout['use']['memory']}" in layout["summary"]
     hog = c.submit("python3 -c \"b = b'x' * (256 * 1024 * 1024)\"\n", work, memory_mb=64)
     small = c.submit("python3 -c \"b = b'x' * (8 * 1024 * 1024)\"\n", work, memory_mb=64)
     job = c.wait_state(hog, {"OUT_OF_MEMORY", "COMPLETED", "FAILED"})

@@ -136,7 +136,9 @@ class AgentDaemon(Daemon):
             "gres_files": conf.parse_gres_files(a.gres_files),
         }
         self.cgroup_layout = enforce.host_layout()
-        self.log.info("resource enforcement: %s", enforce.describe_layout(self.cgroup_layout))
+        # The same sentence in the log and in /status: which hierarchy carries each limit, and why.
+        self.cgroup_layout["summary"] = enforce.describe_layout(self.cgroup_layout)
+        self.log.info("resource enforcement: %s", self.cgroup_layout["summary"])
         try:
             self._lock_state_dir()
             self.server, _port = grpcutil.create_server(normalize_addr(a.listen_addr, AGENT_GRPC_PORT))
