@@ -186,6 +186,7 @@ def test_hidden_partitions_show_with_a_or_when_named(cluster, capsys) -> None:
     cluster.state.partitions = parts + [pb.Partition(name="secret", nodes=["s1"], state="UP", hidden=True)]
     for args, shown in ((["-h", "-o", "%P %N"], "debug* n[1-2]\nlong n[3-4]\n"),
                         (["-a", "-h", "-o", "%P %N"], "debug* n[1-2]\nlong n[3-4]\nsecret s1\n"),
+                        (["-a", "--hide", "-h", "-o", "%P"], "debug*\nlong\n"),
                         (["-p", "secret", "-h", "-o", "%R %l"], "secret infinite\n")):  # fmt: skip
         assert slurm.sinfo_main(args) == 0
         assert capsys.readouterr().out == shown, args

@@ -135,7 +135,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         commandline.resolve_cluster(client, values["clusters"])
     nodes = list(client.call("ListNodes").nodes)
     partitions = list_partitions(client, nodes)
-    show_all = values["all"] or bool(wanted_parts)  # Slurm: -p shows a hidden partition it names
+    show_all = (values["all"] and not values["hide"]) or bool(wanted_parts)  # -p shows a hidden one it names
     partitions = [p for p in partitions if (show_all or not p.hidden) and (not wanted_parts or p.name in wanted_parts)]
     if as_json:
         in_view = {name for p in partitions for name in p.nodes}
