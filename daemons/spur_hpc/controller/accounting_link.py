@@ -188,10 +188,11 @@ class _Facts:
     """What one pass reads besides the jobs: the leader's clock, the memo its eligibility answers share, and the
     partition table (which nodes a pending job's partition has)."""
 
-    __slots__ = ("now", "memo", "partitions")
+    __slots__ = ("now", "memo", "partitions", "partition_memory")
 
     def __init__(self, now: float, memo: dict, partitions: Any) -> None:
         self.now, self.memo, self.partitions = now, memo, partitions
+        self.partition_memory: dict[str, int] = {}  # worked out once per pass, not once per waiting job
 
 
 def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -> dict[str, Any]:
@@ -207,7 +208,7 @@ def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -
         if never_started and waiting_reason(s, job, facts.now, facts.memo) is not None:
             out["eligible"] = False  # records.job_row: NEVER_ELIGIBLE
         if not out["spec"].get("memory_mb"):
-            out["spec"]["memory_mb"] = _node_memory(s, job, facts.partitions)
+            out["spec"]["memory_mb"] = _node_memory(s, job, facts)
     # A step as readers see it: its record also holds the launch request (environment, I/O token).
     # A step cancelled because its job ended may still get its real end from its nodes: the writer must let
     # that replace the provisional row.
@@ -218,13 +219,14 @@ def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -
     return out
 
 
-def _node_memory(s: Any, job: dict[str, Any], parts: Any = None) -> int:
+def _node_memory(s: Any, job: dict[str, Any], facts: _Facts) -> int:
     """The memory a job without --mem gets on each node (all of it, DefMemPerNode=UNLIMITED): the least of its
     nodes' while it holds nodes, else the largest of its partition's nodes (0 when none is known)."""
     nodes = s.nodes
     if job["nodes"]:
         return min((int(nodes[n].get("memory_mb") or 0) for n in job["nodes"] if n in nodes), default=0)
     partition = job["spec"].get("partition") or "default"
-    return max(
-        (int(n.get("memory_mb") or 0) for n in nodes.values() if partition in node_partitions(s, n, parts)), default=0
-    )
+    if partition not in facts.partition_memory:
+        members = (n for n in nodes.values() if partition in node_partitions(s, n, facts.partitions))
+        facts.partition_memory[partition] = max((int(n.get("memory_mb") or 0) for n in members), default=0)
+    return facts.partition_memory[partition]
