@@ -53,6 +53,7 @@ class AccountingLink:
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.last_purge = 0.0
+        self.copied_at = -1  # the state's applied-record count at the last copy the writer was given
         self.min_job_age = float(conf.controller.min_job_age_secs)
 
     @property
@@ -132,6 +133,8 @@ class AccountingLink:
         if writer is None or self.service is None or not self.service.raft.is_leader():
             return
         try:
+            if self.service.raft.read(lambda s: s.applied) == self.copied_at:
+                return  # nothing happened since the last pass (a pass comes every RECONCILE_SECS anyway)
             cluster_id, _name, jobs = self._jobs()
         except errors.ControllerError:
             return
@@ -141,9 +144,12 @@ class AccountingLink:
     def _jobs(self) -> tuple[str, str, list[dict[str, Any]]]:
         now, memo = time.time(), {}  # one memo per pass: each dependee is looked at once
         facts = _Facts(now, memo, getattr(self.service, "partitions", None))
-        return self.service.raft.read(
-            lambda s: (s.cluster_id, s.cluster_name, [_job_copy(j, s, facts) for j in s.jobs.values()])
-        )
+
+        def copy(s: Any) -> tuple[str, str, list[dict[str, Any]]]:
+            self.copied_at = s.applied
+            return s.cluster_id, s.cluster_name, [_job_copy(j, s, facts) for j in s.jobs.values()]
+
+        return self.service.raft.read(copy)
 
     def _once(self) -> None:
         raft = self.service.raft
