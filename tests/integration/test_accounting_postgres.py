@@ -459,3 +459,19 @@ def test_a_job_that_never_became_eligible_is_in_no_window_but_its_id_finds_it(pg
     writer.reconcile([{**released, "eligible_time": _at(11)}, waiting, older])
     with pg_database.admin_connect() as conn:
         assert _ids(query_jobs(conn, cluster_id=CLUSTER, start=_at(9), now=_at(12))) == [1, 2, 3]
+
+
+def test_the_table_of_earlier_runs_has_the_columns_of_spur_jobs_in_order(pg_database: Database) -> None:
+    # The trigger copies a whole spur_jobs row into spur_job_runs: a migration that adds a column to one adds it to
+    # the other, or every requeue's write would fail.
+    writer_for(pg_database).reconcile([job(1)])  # connects, so every migration has run
+    with pg_database.admin_connect() as conn:
+        columns = {
+            table: conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s "
+                "ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+            for table in ("spur_jobs", "spur_job_runs")
+        }
+    assert columns["spur_job_runs"] == columns["spur_jobs"] and len(columns["spur_jobs"]) > 30
