@@ -11,8 +11,9 @@ import grpc
 
 from spur_hpc import buildinfo, grpcutil
 from spur_hpc.controller import errors, partitions, peer_names, placement
-from spur_hpc.controller.service import ControllerService, copy_job, shown_state
+from spur_hpc.controller.service import ControllerService, copy_job
 from spur_hpc.controller.steplaunch import step_to_pb, steps_key, steps_to_pb
+from spur_hpc.controller.suspension import shown_state, suspend_time, suspended_secs
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import alloc_to_pb, spec_from_pb, spec_to_pb
 
@@ -91,8 +92,7 @@ def job_to_pb(job: dict[str, Any], brief: bool = False, allocs: bool = True) -> 
     """A job record as the API shows it; brief leaves out the script and environment, allocs=False (the queue
     listings) what it holds on each node."""
     fields = {f: job.get(f, default) for f, default in JOB_RECORD_FIELDS.items()}
-    if job.get("suspend_attempt") != job.get("attempt"):  # suspended in an earlier run only: not this run's times
-        fields.update(suspend_time=0.0, suspended_secs=0.0)
+    fields.update(suspend_time=suspend_time(job), suspended_secs=suspended_secs(job))  # this run's
     per_node = ((job.get("alloc") or {}).get("per_node") or {}) if allocs else {}
     return slurm_pb2.Job(
         job_id=job["job_id"],

@@ -21,8 +21,9 @@ from spur_hpc import auth, grpcutil
 from spur_hpc.controller import eligibility, errors
 from spur_hpc.controller.dispatch_gate import DispatchGate
 from spur_hpc.controller.scheduler import JobIndex, plan_starts
-from spur_hpc.controller.service import ControllerService, shown_state
+from spur_hpc.controller.service import ControllerService
 from spur_hpc.controller.steplaunch import StepLauncher
+from spur_hpc.controller.suspension import shown_state, suspended_secs
 from spur_hpc.model import PENDING, REASON_NOT_RESPONDING, RUNNING, SUSPENDED
 from spur_hpc.proto import slurm_pb2, slurm_pb2_grpc
 from spur_hpc.protoconv import alloc_to_pb
@@ -446,7 +447,7 @@ class LeaderDuties:
                     list(j["nodes"]),
                     j["cancel_requested"],
                     # a suspended job's limit waits: it counts from its start plus the time it spent suspended
-                    j["start_time"] + (j.get("suspended_secs", 0.0) if j.get("suspend_attempt") == j["attempt"] else 0),
+                    j["start_time"] + suspended_secs(j),
                     0 if shown_state(j) == SUSPENDED else j["spec"].get("time_limit_secs") or 0,
                     bool(j["spec"].get("interactive")),
                 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from spur_hpc.controller import suspension
 from spur_hpc.model import (
     MAX_FEATURES,
     MAX_GRES_COUNT,
@@ -581,10 +582,10 @@ def start_estimate(s: ClusterState, job: dict[str, Any], now: float, parts: Any 
     limit (the first moment something frees up); 0 when unknown (no running job has a limit)."""
     if choose_nodes(s, job, free_resources(s, parts=parts)) is not None:
         return now
-    ends = [
-        j["start_time"] + j["spec"]["time_limit_secs"]
+    ends = [  # a suspended job's end is unknown until it resumes; a resumed one's moved by its time suspended
+        j["start_time"] + j["spec"]["time_limit_secs"] + suspension.suspended_secs(j)
         for j in s.jobs.values()
-        if j["state"] == RUNNING and j["spec"].get("time_limit_secs")
+        if j["state"] == RUNNING and j["spec"].get("time_limit_secs") and suspension.shown_state(j) == RUNNING
     ]
     return max(now, min(ends)) if ends else 0.0
 

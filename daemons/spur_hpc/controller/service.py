@@ -17,6 +17,7 @@ from spur_hpc.conf import Config
 from spur_hpc.controller import eligibility, errors, partitions, placement, scheduler, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
+from spur_hpc.controller.suspension import shown_state
 from spur_hpc.model import (
     FINISHED_STATES,
     NO_REASON,
@@ -51,13 +52,6 @@ LEVEL3_OPTIONS = (
     ("begin_time", "--begin"),
     ("deadline", "--deadline"),
 )
-
-
-def shown_state(job: dict[str, Any]) -> str:
-    """The state clients see: a running job stopped by scontrol suspend (this run of it) is SUSPENDED."""
-    if job["state"] == RUNNING and job.get("suspended") and job.get("suspended") == job.get("attempt"):
-        return model.SUSPENDED
-    return job["state"]
 
 
 class ControllerService:
