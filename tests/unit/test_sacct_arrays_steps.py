@@ -222,3 +222,11 @@ def test_sacct_s_takes_rq_for_a_requeued_jobs_earlier_runs() -> None:
 
     values, _ = options.parse("sacct", sacct.OPTIONS, ["-a", "-s", "rq,CD"])
     assert sacct.build_query(values, T0).states == ["COMPLETED", "REQUEUED"]
+
+
+def test_helpformat_lists_the_fields_as_slurm_does_alphabetically_four_to_a_line_in_columns_of_19() -> None:
+    lines = acctview.field_list()
+    names = " ".join(lines).split()
+    assert names == sorted(names, key=str.lower) and names[:3] == ["Account", "AllocCPUS", "AllocNodes"]
+    assert all(len(line) == 4 * 19 + 3 for line in lines[:-1]) and len(lines[-1]) % 20 == 19
+    assert lines[0] == "Account             AllocCPUS           AllocNodes          AllocTRES          "
