@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_cli_support import fake_cluster
 
-from spur_hpc.cli import jobrecord, slurm
+from spur_hpc.cli import jobrecord, slurm, units
 from spur_hpc.proto import slurm_pb2 as pb
 
 
@@ -181,3 +181,14 @@ def test_suspend_resume_and_hold_refusals_are_slurms_two_lines(cluster, capsys) 
     assert code == 1 and err.splitlines() == [
         "job 5 cannot be resumed now for job 5", "slurm_suspend error: job 5 cannot be resumed now"
     ]  # fmt: skip
+
+
+def test_a_job_cancelled_before_it_started_shows_slurms_values() -> None:
+    job = pb.Job(job_id=14, state=pb.CANCELLED, end_time=50.0, held=True, reason="JobHeldUser",
+                 spec=pb.JobSpec(name="tocancel", user="alice", tasks=1))  # fmt: skip
+    lines = jobrecord.show_job_lines(job, 60.0, group_of=lambda job: ("alice(1)", "alice(1)"))
+    text = "\n".join(lines)
+    assert "   Priority=0 " in text and "EligibleTime=Unknown" in text and "   AccrueTime=Unknown" in text
+    start = units.format_timestamp(50.0)
+    assert f"   StartTime={start} EndTime={start} " in text  # Slurm sets its start to its end
+    assert " NumTasks=N/A " in text and "   NodeList=" in lines and not any("BatchHost" in line for line in lines)

@@ -135,6 +135,8 @@ def show_job_lines(
     start = job.start_time or (job.end_time if state in model.FINISHED_STATES else 0.0)  # Slurm: start = end
     cpus_per_node = max(1, spec.cpus_per_task) * max(1, spec.ntasks_per_node or 1)
     batch = not spec.interactive
+    # Slurm drops a job's task count when it ends before it ever started (a cancel while pending): N/A
+    num_tasks = "N/A" if state in model.FINISHED_STATES and not job.start_time else str(max(1, spec.tasks))
     lines = [
         f"JobId={job.job_id}{array_keys(job)} JobName={spec.name}",
         f"   UserId={user} GroupId={group} MCS_label=N/A",
@@ -167,7 +169,7 @@ def show_job_lines(
     if job.nodes and batch:
         lines.append(f"   BatchHost={job.nodes[0]}")
     lines += [
-        f"   NumNodes={jobview.node_count(job)} NumCPUs={jobview.cpu_count(job)} NumTasks={max(1, spec.tasks)} "
+        f"   NumNodes={jobview.node_count(job)} NumCPUs={jobview.cpu_count(job)} NumTasks={num_tasks} "
         f"CPUs/Task={max(1, spec.cpus_per_task)} ReqB:S:C:T=0:0:*:*",
         f"   TRES={tres_text(job, node_memory_mb)}",
         f"   Socks/Node=* NtasksPerN:B:S:C={spec.ntasks_per_node}:0:*:* CoreSpec=*",
