@@ -124,6 +124,13 @@ def test_generated_argument_lists_exit_cleanly(command, unreachable) -> None:
         assert isinstance(code, int), code
         assert "Traceback" not in err
         lines = err.splitlines()
+        # squeue -t with an unknown state: Slurm's two lines (the state, then the valid ones) and its empty third
+        slurm_squeue_state = (
+            command == "squeue" and len(lines) == 3 and lines[1].startswith("squeue: error: Valid job states include: ")
+        )
+        if slurm_squeue_state:
+            assert lines[2] == "" and lines[0].startswith("squeue: error: Invalid job state specified: "), err
+            lines = lines[:1]
         # every line is a message of its own: "<command>: error: ..." (scancel: one per job id) or a warning
         # (and scancel -s 0: Slurm's own `Unknown job signal: 0`)
         # sinfo as Slurm's: getopt's two lines for an option it refuses (`sinfo: invalid option -- 'x'` and
