@@ -151,9 +151,14 @@ def group_name(gid: int) -> str:
         return str(gid)
 
 
+_STATE_NAMES: dict[int, str] = {}  # JobState number -> name, filled as met (squeue sorts 100,000 jobs by it)
+
+
 def state_name(job: Any) -> str:
     """The job's state as Slurm names it; a running job with a cancel under way is COMPLETING."""
-    name = protocodec.schema().enum_name("JobState", job.state)
+    name = _STATE_NAMES.get(job.state)
+    if name is None:
+        name = _STATE_NAMES[job.state] = protocodec.schema().enum_name("JobState", job.state)
     if name == "RUNNING" and job.cancel_requested:
         return "COMPLETING"
     return name

@@ -225,7 +225,7 @@ SORT_KEYS: dict[str, Any] = {
     "p": lambda job, now: job.priority, "Q": lambda job, now: job.priority,
     "P": lambda job, now: jobview.partition(job),
     "S": _start_for_sort,
-    "t": lambda job, now: jobview.squeue_value("t", job, now),
+    "t": lambda job, now: jobview.STATE_CODES.get(name := jobview.state_name(job), name[:2]),
     "T": lambda job, now: jobview.state_name(job),
     "u": lambda job, now: job.spec.user or str(job.spec.uid),
     "U": lambda job, now: job.spec.uid,

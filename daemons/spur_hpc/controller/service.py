@@ -6,6 +6,7 @@ heartbeat timeouts) live in leader.py and use the same write path.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -465,24 +466,34 @@ class ControllerService:
         if not pending:
             return {}
         wanted = {j["job_id"] for j in pending}
-        order = pending
+        queues: dict[str, list[tuple[tuple[int, int], int]]] = {}  # partition -> (order key, job id), a heap
+        for j in pending:
+            queues.setdefault(placement.job_partition(j["spec"]), []).append((scheduler.order_key(j), j["job_id"]))
         if not whole_queue:
-            last: dict[str, tuple[int, int]] = {}
-            for j in pending:
+            last = {part: max(entries)[0] for part, entries in queues.items()}
+            for j in s.jobs.values():
+                if j["state"] != PENDING or j["job_id"] in wanted:
+                    continue
                 part = placement.job_partition(j["spec"])
-                last[part] = max(last.get(part, (-(2**63), 0)), scheduler.order_key(j))
-            order = pending + [
-                j
-                for j in s.jobs.values()
-                if j["state"] == PENDING
-                and j["job_id"] not in wanted
-                and scheduler.order_key(j) < last.get(placement.job_partition(j["spec"]), (-(2**63), 0))
-            ]
-        shown = {}
-        for j in sorted(order, key=scheduler.order_key):
-            view = self.shown_reason(s, j, now, memo)
-            if j["job_id"] in wanted:
-                shown[j["job_id"]] = view
+                if part in last and (key := scheduler.order_key(j)) < last[part]:
+                    queues[part].append((key, j["job_id"]))
+        shown: dict[int, dict[str, Any]] = {}
+        blocked = memo.setdefault("placement_blocked", set())  # placement.queue_reason's, shared
+        for part, queue in queues.items():
+            heapq.heapify(queue)
+            left = sum(1 for _key, job_id in queue if job_id in wanted)
+            while queue and left:
+                _key, job_id = heapq.heappop(queue)
+                if job_id in wanted:
+                    shown[job_id] = self.shown_reason(s, s.jobs[job_id], now, memo)
+                    left -= 1
+                elif part in blocked:  # every later job of the partition says Priority: no need to go in order
+                    for _later, other in queue:
+                        if other in wanted:
+                            shown[other] = self.shown_reason(s, s.jobs[other], now, memo)
+                    break
+                else:
+                    self.shown_reason(s, s.jobs[job_id], now, memo)  # may block the partition for those behind
         return shown
 
     def get_job(self, job_id: int) -> dict[str, Any]:
