@@ -195,7 +195,9 @@ def limits_reason(part: Partition, spec: Mapping[str, Any]) -> str | None:
     more nodes than the partition has, fewer than MinNodes or more than MaxNodes, a time limit over MaxTime
     (no time limit counts as UNLIMITED)."""
     count = max(1, int(spec.get("nodes") or 1))
-    if count > len(part.nodes) or count < part.min_nodes or (part.max_nodes and count > part.max_nodes):
+    # An implied partition no agent has joined yet is no limit: its nodes are still to register (Resources).
+    too_many = count > len(part.nodes) and not (part.implied and not part.nodes)
+    if too_many or count < part.min_nodes or (part.max_nodes and count > part.max_nodes):
         return REASON_PARTITION_NODE_LIMIT
     limit = int(spec.get("time_limit_secs") or 0)
     if part.max_time_secs and (not limit or limit > part.max_time_secs):
