@@ -6,6 +6,10 @@
 - spur_conf keeps what it does not own: a re-run leaves spur.conf byte for byte as it is, a missing section
   is added, spur_overwrite_conf rewrites only the owned sections, and [x-*] or unknown sections always
   come back verbatim, comments included. A file that is not TOML is refused, not replaced.
+- [partitions.NAME] tables (spur_controller_partitions): written with dotted headers that spurctld's own
+  loader accepts, a hand-written table kept and a missing one added beside it, the whole [partitions] table
+  replaced under overwrite; the changed tables are reported, so a controller reloads instead of restarting.
+  The controller role's argument spec refuses unknown keys, and its preflight bad or repeated names.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pytest
 import yaml
 
 from playbook_runs import collections_path
+from spur_hpc import conf
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "collection" / "roles"
@@ -101,7 +106,9 @@ def test_the_sections_script_reports_a_missing_file_and_bad_toml(tmp_path: Path)
     run = lambda path: json.loads(  # noqa: E731
         subprocess.run([sys.executable, str(SECTIONS_SCRIPT), str(path)], capture_output=True, text=True).stdout
     )
-    assert run(tmp_path / "none.conf") == {"exists": False, "text": "", "preamble": "", "sections": [], "error": None}
+    assert run(tmp_path / "none.conf") == {
+        "exists": False, "text": "", "preamble": "", "sections": [], "data": {}, "error": None,
+    }  # fmt: skip
     bad = tmp_path / "bad.conf"
     bad.write_text("[controller\nhosts = [\n")
     result = run(bad)
@@ -116,6 +123,39 @@ SECTIONS = [
 ]  # fmt: skip
 
 
+# spur_controller_partitions as an inventory gives it: YAML's types, which the role converts to spur.conf's.
+PARTITIONS = [
+    {"name": "debug", "nodes": "n[1-2]", "default": True, "max_time": 60, "default_time": "0:30:00"},
+    {"name": "long", "nodes": "n[1-4]", "max_time": "INFINITE", "max_nodes": "4", "min_nodes": 1, "priority_tier": 2,
+     "state": "UP", "hidden": False, "priority_job_factor": None},
+]  # fmt: skip
+
+
+# Sections spurctld accepts (SECTIONS has a key it does not know), as a file has them, with partitions written by hand.
+CONTROLLER_SECTIONS = [{**s, "settings": {k: v for k, v in s["settings"].items() if k != "flag"}} for s in SECTIONS]
+PARTITIONS_CONF = """[cluster]
+name = "hpc1"
+
+[controller]
+hosts = ["10.0.0.1:6817", "10.0.0.2:6817"]
+write_timeout_secs = 5.0
+
+# written by hand
+[partitions.debug]
+nodes = "n1"   # only n1 for now
+[partitions.gpu]
+nodes = "g1"
+
+[log]
+level = "info"
+"""
+
+
+# The partition cases take the controller role's own sections of spur_controller_partitions (its vars/main.yml).
+WITH_PARTITIONS = "{{ base_sections + _spur_controller_partition_sections }}"
+REPORT = "{{ {'written': __spur_conf_written, 'changed': __spur_conf_changed} | to_json }}"
+
+
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Run spur_conf once per case in one playbook; -> case name -> the file it wrote."""
@@ -126,6 +166,9 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "kept": (SITE_CONF, False),
         "overwritten": (SITE_CONF, True),
         "bad": ("[controller\n", False),
+        "parts.new": (None, False),
+        "parts.kept": (PARTITIONS_CONF, False),
+        "parts.overwritten": (PARTITIONS_CONF, True),
     }
     for name, (text, _) in cases.items():
         if text is not None:
@@ -133,31 +176,40 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tasks = []
     for name, (_, overwrite) in cases.items():
         path = str(tmp / f"{name}.conf")
+        sections = WITH_PARTITIONS if name.startswith("parts.") else SECTIONS
         tasks.append({
             "name": f"case {name}",
             "block": [
                 {"ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"},
-                 "vars": {"spur_conf_path": path, "spur_conf_sections": SECTIONS, "spur_conf_overwrite": overwrite,
+                 "vars": {"spur_conf_path": path, "spur_conf_sections": sections, "spur_conf_overwrite": overwrite,
                           "spur_conf_python": sys.executable}},
                 {"ansible.builtin.copy": {"content": "{{ __spur_conf_content }}", "dest": path, "mode": "0644"}},
+                {"ansible.builtin.copy": {"content": REPORT, "dest": path + ".json", "mode": "0644"}},
             ],
             "rescue": [
                 {"ansible.builtin.copy": {"content": "{{ ansible_failed_result.msg }}", "dest": path + ".error",
                                           "mode": "0644"}},
             ],
         })  # fmt: skip
-    # The converged case: spur_conf run again on what it wrote must leave it as it is.
-    tasks.append({
-        "ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"},
-        "vars": {"spur_conf_path": str(tmp / "kept.conf"), "spur_conf_sections": SECTIONS,
-                 "spur_conf_python": sys.executable},
-    })  # fmt: skip
-    tasks.append({
-        "ansible.builtin.copy": {"content": "{{ __spur_conf_content }}", "dest": str(tmp / "kept.again.conf"),
-                                 "mode": "0644"},
-    })  # fmt: skip
+    # The converged cases: spur_conf run again on what it wrote must leave it as it is.
+    for name, sections in (("kept", SECTIONS), ("parts.kept", WITH_PARTITIONS)):
+        tasks.append({
+            "ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"},
+            "vars": {"spur_conf_path": str(tmp / f"{name}.conf"), "spur_conf_sections": sections,
+                     "spur_conf_python": sys.executable},
+        })  # fmt: skip
+        tasks.append({
+            "ansible.builtin.copy": {"content": "{{ __spur_conf_content }}", "dest": str(tmp / f"{name}.again.conf"),
+                                     "mode": "0644"},
+        })  # fmt: skip
+        tasks.append({
+            "ansible.builtin.copy": {"content": REPORT, "dest": str(tmp / f"{name}.again.conf.json"), "mode": "0644"},
+        })  # fmt: skip
     playbook = tmp / "playbook.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    tasks.insert(0, {"ansible.builtin.include_vars": str(ROLES / "spur_controller" / "vars" / "main.yml")})
+    play = {"hosts": "localhost", "gather_facts": False, "tasks": tasks,
+            "vars": {"base_sections": CONTROLLER_SECTIONS, "spur_controller_partitions": PARTITIONS}}  # fmt: skip
+    playbook.write_text(yaml.safe_dump([play]))
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(collections),
@@ -171,7 +223,12 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    return {name: tmp / f"{name}.conf" for name in [*cases, "kept.again"]}
+    return {name: tmp / f"{name}.conf" for name in [*cases, "kept.again", "parts.kept.again"]}
+
+
+def report(path: Path) -> dict:
+    """What spur_conf said of a run: {"written": owned sections written, "changed": tables changed in value}."""
+    return json.loads(Path(str(path) + ".json").read_text())
 
 
 def test_a_new_spur_conf_has_the_owned_sections(merged) -> None:
@@ -209,6 +266,85 @@ def test_a_spur_conf_that_is_not_toml_is_refused_and_left_alone(merged) -> None:
     assert merged["bad"].read_text() == "[controller\n"
     error = Path(str(merged["bad"]) + ".error").read_text()
     assert "not valid TOML" in error and "nothing was changed" in error
+
+
+def test_the_controllers_partitions_are_tables_spurctld_loads(merged) -> None:
+    text = merged["parts.new"].read_text()
+    assert "\n[partitions.debug]\n" in text and "\n[partitions.long]\n" in text, "dotted headers, not quoted ones"
+    loaded = conf.load(str(merged["parts.new"]))  # spurctld's own loader and cross-key checks
+    assert [p.name for p in loaded.partitions] == ["debug", "long"]
+    debug, long = loaded.partitions
+    assert (debug.nodes, debug.default, debug.max_time, debug.default_time) == ("n[1-2]", True, "60", "0:30:00")
+    assert (long.max_time, long.max_nodes, long.min_nodes, long.priority_tier) == ("INFINITE", 4, 1, 2)
+    assert long.priority_job_factor == 1, "a null key is left out, so spurctld's default holds"
+    assert report(merged["parts.new"])["changed"] == ["cluster", "controller", "log", "partitions"]
+
+
+def test_hand_written_partitions_are_kept_and_a_missing_one_is_added_beside_them(merged) -> None:
+    text = merged["parts.kept"].read_text()
+    assert text.startswith(PARTITIONS_CONF[: PARTITIONS_CONF.index("[log]")])
+    assert 'nodes = "n1"   # only n1 for now\n' in text and text.index("[partitions.long]") < text.index("[log]")
+    assert [p.name for p in conf.load(str(merged["parts.kept"])).partitions] == ["debug", "gpu", "long"]
+    # Only [partitions] changed in value: the controllers reload (SIGHUP) rather than restart.
+    assert report(merged["parts.kept"]) == {"written": ["partitions.long"], "changed": ["partitions"]}
+    assert merged["parts.kept.again"].read_text() == text
+    assert report(merged["parts.kept.again"]) == {"written": [], "changed": []}, "converged: nothing reloads"
+
+
+def test_overwrite_replaces_the_whole_partitions_table(merged) -> None:
+    text = merged["parts.overwritten"].read_text()
+    data = tomllib.loads(text)
+    assert list(data["partitions"]) == ["debug", "long"], "a partition no longer listed is removed"
+    assert data["partitions"]["debug"]["nodes"] == "n[1-2]" and "only n1" not in text
+    # The other owned sections come out with the values they had: only [partitions] counts as changed.
+    assert report(merged["parts.overwritten"])["changed"] == ["partitions"]
+    assert report(merged["kept"]) == {"written": ["log"], "changed": ["log"]}
+
+
+def test_the_partition_options_are_the_keys_spurctld_reads() -> None:
+    """One list of keys: conf.PARTITION_KEYS; the argument spec mirrors it, types included."""
+    spec = load_yaml(ROLES / "spur_controller" / "meta" / "argument_specs.yml")["argument_specs"]["main"]
+    options = spec["options"]["spur_controller_partitions"]["options"]
+    assert list(options) == ["name", *conf.PARTITION_KEYS]
+    assert options["name"] == {**options["name"], "type": "str", "required": True}
+    for key, known in conf.PARTITION_KEYS.items():
+        want = "raw" if known.unlimited else {str: "str", bool: "bool", int: "int"}[known.type]  # raw: 4 or UNLIMITED
+        assert options[key]["type"] == want, f"{key}: the spec says {options[key]['type']}, spurctld reads {want}"
+        assert options[key].get("choices") == (list(known.choices) if known.choices else None), key
+
+
+def test_the_controller_role_refuses_bad_partitions_before_it_changes_anything(tmp_path: Path) -> None:
+    """The argument spec refuses unknown keys and states, the preflight bad and repeated names: each a message."""
+    cases = {
+        "key": [{"name": "debug", "maxtime": "60"}],
+        "state": [{"name": "debug", "state": "OFF"}],
+        "name": [{"name": "a.b", "nodes": "n1"}],
+        "twice": [{"name": "debug"}, {"name": "debug"}],
+    }
+    tasks = [{
+        "name": f"case {name}",
+        "block": [{"ansible.builtin.include_role": {"name": "spur.cluster.spur_controller"},
+                   "vars": {"spur_controller_partitions": partitions}}],
+        "rescue": [{"ansible.builtin.copy": {"content": "{{ ansible_failed_result.msg }}",
+                                             "dest": str(tmp_path / f"{name}.error"), "mode": "0644"}}],
+    } for name, partitions in cases.items()]  # fmt: skip
+    playbook = tmp_path / "playbook.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "spur_controllers", "gather_facts": False, "tasks": tasks}]))
+    inventory = tmp_path / "hosts.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "spur_host_address": "127.0.0.1"}  # fmt: skip
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"spur_controllers": {"hosts": {"ctl": host}}}}}))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path(tmp_path)), ANSIBLE_HOME=str(tmp_path / "h"))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
+    errors = {name: (tmp_path / f"{name}.error").read_text() for name in cases}
+    assert "maxtime" in errors["key"] and "spur_controller_partitions" in errors["key"]
+    assert "OFF" in errors["state"] and "UP, DOWN, DRAIN, INACTIVE" in errors["state"]
+    assert errors["name"] == 'spur_controller_partitions: bad name "a.b"; use letters, digits, - and _ (at most 63)'
+    assert errors["twice"] == "spur_controller_partitions: debug listed twice; give each partition one entry"
 
 
 @pytest.mark.parametrize("role", OUR_ROLES)

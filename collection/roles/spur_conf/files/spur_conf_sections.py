@@ -6,7 +6,12 @@ byte, comments included. Parsing into data and writing TOML again would lose com
 file is cut at its table headers instead; tomllib checks first that the file is valid TOML, so the cut never
 has to guess.
 
-Usage: spur_conf_sections.py PATH  ->  {"exists", "text", "preamble", "sections": [{"name", "text"}], "error"}
+The parsed values come along ("data", dates as text) so that the caller can tell which sections a rewrite
+changes in value (a [partitions.NAME] table takes a reload, other sections a restart) and which sub-tables of
+a section ([partitions.debug]) the file already has, however they are written.
+
+Usage: spur_conf_sections.py PATH
+  ->  {"exists", "text", "preamble", "sections": [{"name", "text"}], "data", "error"}
 """
 
 import json
@@ -69,7 +74,7 @@ def track_multiline(line, open_string):
 
 def main():
     path = sys.argv[1]
-    result = {"exists": False, "text": "", "preamble": "", "sections": [], "error": None}
+    result = {"exists": False, "text": "", "preamble": "", "sections": [], "data": {}, "error": None}
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -90,7 +95,8 @@ def main():
             result["error"] = "%s is not valid TOML (%s)" % (path, exc)
         else:
             result["preamble"], result["sections"] = cut(text, set(data))
-    print(json.dumps(result))
+            result["data"] = data
+    print(json.dumps(result, default=str))  # TOML dates and times are the only values JSON lacks
     return 0
 
 
