@@ -14,6 +14,10 @@ to its own upper layer; a crash and boot keeps that layer, like a disk. Each mac
 namespace of its own, linked by a veth pair to one bridge inside a "switch" namespace. The addresses exist
 only inside those namespaces: nothing is routed to or from this machine's network.
 
+Each machine starts in a cgroup of its own in this machine's cgroup v1 memory, cpuset, devices and cpu hierarchies
+(a child of this tool's cgroup, removed by destroy), mounted writable inside it: nspawn alone mounts them read-only,
+so a spurd there could enforce no job's limits (docs/agent.md, "What each test tier enforces").
+
 Ansible reaches a machine with the community.docker.nsenter connection and ansible_nsenter_pid set to the
 machine's PID 1, which DIR/NAME.pid holds (rewritten by every boot).
 
@@ -44,6 +48,11 @@ KEEP = ("machines.target", "remote-fs.target")
 # Services the roles under test enable and start themselves (spur_munge): disabled on a test host, as on a fresh
 # one, but not masked, which would stop the role from starting them.
 DISABLED_NOT_MASKED = ("munge.service",)
+# cgroup v1 hierarchies in which each host gets a writable cgroup of its own: a real hybrid host lets its spurd create
+# job cgroups there (memory, CPU and device enforcement, docs/agent.md), and nspawn alone shows a container the
+# host's hierarchies read-only, where spurd could enforce none of them.
+DELEGATED_V1_CONTROLLERS = ("memory", "cpuset", "devices", "cpu")
+DELEGATED_V1_PREFIX = "spur-testhosts"
 # Interface names are at most 15 bytes; each host gets "<prefix>h<index>" and "<prefix>s<index>".
 MAX_PREFIX = 6
 
@@ -208,13 +217,50 @@ class Lab:
             # The overlay's lower layer is this machine's "/", /tmp included: give each host a /tmp of its own.
             "--tmpfs=/tmp", "-b",
         ]  # fmt: skip
-        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        host["cgroups"] = subtrees = self.cgroup_subtrees(name)
+        self.save()
+
+        def enter_cgroups() -> None:  # in the child, before systemd-nspawn runs: the container starts inside them
+            for subtree in subtrees:
+                Path(subtree, "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+        nspawn = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, preexec_fn=enter_cgroups
+        )
         host["nspawn_pid"] = nspawn.pid
         host["pid1"] = self.find_pid1(nspawn.pid, name)
         self.save()
+        self.delegate_cgroups(name, host["pid1"], subtrees)
         (self.dir / f"{name}.pid").write_text(f"{host['pid1']}\n")
         if wait:
             self.wait_booted(name)
+
+    def cgroup_subtrees(self, name: str) -> list[str]:
+        """This host's cgroup of its own in each of this machine's v1 hierarchies, made now: a child
+        spur-testhosts-<prefix>-<name> of the cgroup this tool runs in (as a container manager nests its containers)."""
+        found = []
+        for mount, own in v1_mounts().items():
+            subtree = Path(mount + own) / f"{DELEGATED_V1_PREFIX}-{self.data['prefix']}-{name}"
+            subtree.mkdir(exist_ok=True)
+            if (subtree / "cpuset.cpus").exists():  # a cpuset takes tasks only once it has CPUs and memory nodes
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    if not (subtree / knob).read_text().strip():
+                        (subtree / knob).write_text((subtree.parent / knob).read_text().strip())
+            found.append(str(subtree))
+        return found
+
+    @staticmethod
+    def delegate_cgroups(name: str, pid1: int, subtrees: list[str]) -> None:
+        """Make the host's view of its v1 cgroups writable. nspawn starts the container in them (they are its cgroup
+        namespace's roots) but mounts them read-only; --bind= cannot help, it comes before those mounts."""
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid1}/comm").read_text().strip() != "systemd":  # nspawn still sets the container up
+            if time.monotonic() > deadline:
+                raise TestHostError(f"{name}: PID 1 did not become systemd within 10 s")
+            time.sleep(0.01)
+        if subtrees:
+            script = " && ".join(f"mount -o remount,bind,rw {mount}" for mount in v1_mounts())
+            run("nsenter", "-t", str(pid1), "-m", "sh", "-ec", script)
 
     def find_pid1(self, nspawn_pid: int, name: str) -> int:
         """The container's init: the descendant of systemd-nspawn that is PID 1 in its own namespace."""
@@ -286,6 +332,9 @@ class Lab:
         if disks and os.path.ismount(disks):
             run("umount", "-l", disks, check=False)
         self.release_leftovers()
+        for host in self.hosts.values():
+            for subtree in host.get("cgroups") or ():
+                remove_cgroup_tree(Path(subtree))
         if self.dir.exists():
             shutil.rmtree(self.dir)
 
@@ -329,6 +378,39 @@ class Lab:
 
     def status(self) -> dict:
         return {name: dict(ip=h["ip"], pid1=self.pid1(name), netns=h["netns"]) for name, h in self.hosts.items()}
+
+
+def v1_mounts() -> dict[str, str]:
+    """{mount point: this process's cgroup in it} of this machine's writable cgroup v1 hierarchies of
+    DELEGATED_V1_CONTROLLERS (none on a cgroup v2 host)."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            own[controller] = path
+    found = {}
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] != "cgroup" or "rw" not in fields[3].split(","):
+            continue
+        for controller in set(fields[3].split(",")) & set(DELEGATED_V1_CONTROLLERS):
+            found[fields[1]] = own.get(controller, "/").rstrip("/")
+    return found
+
+
+def remove_cgroup_tree(top: Path) -> None:
+    """rmdir a cgroup and the cgroups the host's jobs left in it, deepest first (rmdir is how a cgroup goes)."""
+    if not top.is_dir():
+        return
+    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            directory.rmdir()
+        except OSError as exc:
+            print(f"testhosts: cannot remove cgroup {directory}: {exc.strerror}", file=sys.stderr)
+    try:
+        top.rmdir()
+    except OSError as exc:
+        print(f"testhosts: cannot remove cgroup {top}: {exc.strerror}", file=sys.stderr)
 
 
 def descendants(pid: int) -> list[int]:
