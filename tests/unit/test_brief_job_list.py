@@ -61,8 +61,9 @@ def from_scratch(jobs: list[dict]) -> slurm_pb2.ListJobsReply:
 
 
 def test_the_changes_cover_every_field_of_a_job_but_its_id_and_spec() -> None:
-    # supervisor_pid is an agent's answer about a job it runs; the controller's records do not carry it.
-    fields = {f.name for f in slurm_pb2.Job.DESCRIPTOR.fields} - {"job_id", "spec", "supervisor_pid"}
+    # supervisor_pid is an agent's answer about a job it runs; the controller's records do not carry it. allocs
+    # (what the job holds on each node, for scontrol show job -d) is left out of the brief listings.
+    fields = {f.name for f in slurm_pb2.Job.DESCRIPTOR.fields} - {"job_id", "spec", "supervisor_pid", "allocs"}
     assert set(CHANGES) - {"spec_rev"} == fields, "a new Job field must be in grpc_api.JOB_RECORD_FIELDS"
 
 
@@ -110,3 +111,13 @@ def test_an_unchanged_job_is_neither_copied_nor_encoded_again() -> None:
     views = [cache.view(j) for j in jobs]
     assert views[0][2] is not None and views[0][3] is None  # cached bytes, no copy
     assert views[1][2] is None and views[1][3] == jobs[1] and views[1][3] is not jobs[1]  # changed: a copy
+
+
+def test_the_brief_listing_leaves_out_what_a_job_holds_on_each_node() -> None:
+    from spur_hpc.controller.grpc_api import job_to_pb
+
+    running = job(2)
+    running.update(state="RUNNING", nodes=["n1"], alloc={"cpus": 1, "memory_mb": 0,
+                   "per_node": {"n1": {"cpus": 1, "memory_mb": 0, "cpu_ids": [3], "gres_ids": {}}}})  # fmt: skip
+    assert list(job_to_pb(running).allocs["n1"].cpu_ids) == [3]  # GetJob: scontrol show job -d's CPU_IDs
+    assert not listed(BriefJobList(), [running]).jobs[0].allocs
