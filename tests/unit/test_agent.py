@@ -120,7 +120,7 @@ def test_restart_readopts_running_and_reports_finished(make_agent, tmp_path: Pat
     """A new table on the same state dir is a restarted spurd: same supervisors, true exit codes."""
     node = unique_node()
     first = make_agent(node)
-    running = first.stub.LaunchJob(launch_request(11, "sleep 4\nexit 7\n", tmp_path), timeout=10)
+    running = first.stub.LaunchJob(launch_request(11, "sleep 6\nexit 7\n", tmp_path), timeout=10)
     first.stub.LaunchJob(launch_request(12, "exit 3\n", tmp_path), timeout=10)
     old = first.stub.LaunchJob(launch_request(13, "sleep 300\n", tmp_path, attempt=1), timeout=10)
     first.close()  # spurd stops; its supervisors do not
@@ -136,12 +136,13 @@ def test_restart_readopts_running_and_reports_finished(make_agent, tmp_path: Pat
     assert held[(11, 1)] == running.supervisor_pid, "the running job keeps its supervisor"
     assert held[(13, 2)] == newer.supervisor_pid
     assert (13, 1) not in held, "an older attempt is dropped, not reported"
-    ended = third.finished(1)
-    assert (ended.job_id, ended.result["state"], ended.result["exit_code"]) == (12, "FAILED", 3)
-    third.table.collect(ended)
-    later = third.finished()
-    assert (later.job_id, later.result["state"], later.result["exit_code"]) == (11, "FAILED", 7)
-    third.table.collect(later)
+    # Job 12 ended while spurd was down, job 11 ends later; on a loaded machine both may be ready at once.
+    ended = {}
+    for _ in range(2):
+        done = third.finished()
+        ended[done.job_id] = (done.result["state"], done.result["exit_code"])
+        third.table.collect(done)
+    assert ended == {12: ("FAILED", 3), 11: ("FAILED", 7)}
     wait_until(lambda: not (tmp_path / "state" / "13.1").exists(), 10, "the older attempt's session to go")
     wait_until(lambda: not pid_alive(old.supervisor_pid), 5, "the older attempt's supervisor to exit")
     assert sorted(p.name for p in (tmp_path / "state").iterdir() if not p.name.startswith(".")) == ["13.2"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from spur_hpc import __version__, model
+from spur_hpc import buildinfo, model
 from spur_hpc.cli import jobview
 from spur_hpc.cli.runner import CliError
 
@@ -54,7 +54,7 @@ def meta() -> dict[str, Any]:
     itself and its version in the plugin's name, leaving plugin.type and the Slurm version readers check."""
     major, minor, micro = SLURM_RELEASE
     return {
-        "plugin": {"type": f"openapi/{PLUGIN_VERSION}", "name": f"Slurm OpenAPI {PLUGIN_VERSION} (Spur {__version__})"},
+        "plugin": {"type": f"openapi/{PLUGIN_VERSION}", "name": f"Slurm OpenAPI {PLUGIN_VERSION} (Spur {buildinfo.version()})"},
         "Slurm": {
             "version": {"major": major, "micro": micro, "minor": minor},
             "release": f"{major}.{minor:02d}.{micro}",
