@@ -79,7 +79,8 @@ def test_cancel_drain_and_resume(cluster, agent, shell) -> None:
     wait_until(lambda: shell("sinfo", "-h", "-o", "%t").stdout == "drain\n", 20, "the node to be drained")
 
     missing = shell("scancel", "999999", check=False)
-    assert missing.returncode == 1 and "Invalid job id specified" in missing.stderr
+    # Slurm 22.05 is silent and exits 0 for an id it does not know (tests/golden/slurm-22.05/030-scancel-unknown)
+    assert (missing.returncode, missing.stdout, missing.stderr) == (0, "", "")
     assert shell("scancel", str(job_id)).returncode == 0  # already finished: not a failure
 
     resumed = shell("spur", "node", "resume", agent.name)
