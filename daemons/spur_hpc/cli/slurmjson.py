@@ -54,7 +54,10 @@ def meta() -> dict[str, Any]:
     itself and its version in the plugin's name, leaving plugin.type and the Slurm version readers check."""
     major, minor, micro = SLURM_RELEASE
     return {
-        "plugin": {"type": f"openapi/{PLUGIN_VERSION}", "name": f"Slurm OpenAPI {PLUGIN_VERSION} (Spur {buildinfo.version()})"},
+        "plugin": {
+            "type": f"openapi/{PLUGIN_VERSION}",
+            "name": f"Slurm OpenAPI {PLUGIN_VERSION} (Spur {buildinfo.version()})",
+        },
         "Slurm": {
             "version": {"major": major, "micro": micro, "minor": minor},
             "release": f"{major}.{minor:02d}.{micro}",
