@@ -38,13 +38,6 @@ def test_show_node_names_gres_and_features() -> None:
     assert "   CfgTRES=cpu=8,mem=1000M,billing=8,gres/gpu=2" in lines
 
 
-def test_partitions_are_the_nodes_partitions() -> None:
-    records = nodeview.partition_records(nodes())
-    assert [r[0] for r in records] == ["PartitionName=default", "PartitionName=gpu"]
-    assert "   Nodes=n[1-3]" in records[0] and "   TotalCPUs=12 TotalNodes=3" in records[0]
-    assert "   Default=YES Hidden=NO RootOnly=NO" in records[0] and "   Default=NO Hidden=NO RootOnly=NO" in records[1]
-
-
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch):
     with fake_cluster(monkeypatch) as fake:

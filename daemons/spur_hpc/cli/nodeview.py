@@ -739,40 +739,7 @@ def date_line(now: float | None = None) -> str:
     return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))
 
 
-# ------------------------------------------------------------------ scontrol show partition (until ListPartitions)
-
-
-def partition_records(nodes: list[Any]) -> list[list[str]]:
-    """`scontrol show partition`: one record per partition the nodes name (Spur's partitions are the nodes'
-    [agent] partition; no limits of their own)."""
-    by_name: dict[str, list[Any]] = {}
-    for node in sorted(nodes, key=lambda n: _natural(n.name)):
-        by_name.setdefault(partition(node), []).append(node)
-    records = []
-    for name in sorted(by_name, key=lambda p: (p != DEFAULT_PARTITION, p)):
-        members = by_name[name]
-        lines = [
-            f"PartitionName={name}",
-            "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
-            f"   Default={'YES' if name == DEFAULT_PARTITION else 'NO'} Hidden=NO RootOnly=NO",
-            "   MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0",
-            f"   Nodes={model.compress_hostlist([n.name for n in members])}",
-            "   State=UP",
-            f"   TotalCPUs={sum(n.resources.cpus for n in members)} TotalNodes={len(members)}",
-            f"   TRES=cpu={sum(n.resources.cpus for n in members)},mem={sum(n.resources.memory_mb for n in members)}M,"
-            f"node={len(members)}",
-            "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
-        ]
-        records.append([printable(line) for line in lines])
-    return records
-
-
 # ------------------------------------------------------------------ scontrol show node (api/node_info.c)
-
-
-def _memory_tres(mb: int) -> str:
-    """TRES memory as Slurm writes it: 4G for 4096 MB, 1500M otherwise."""
-    return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"
 
 
 def show_node_text(node: Any, one_liner: bool = False, slurmd_port: int = model.AGENT_GRPC_PORT) -> str:
@@ -806,12 +773,12 @@ def show_node_text(node: Any, one_liner: bool = False, slurmd_port: int = model.
     out += f"BootTime={units.format_timestamp(node.boot_time, 'None')} "
     out += f"SlurmdStartTime={units.format_timestamp(node.agent_started, 'None')}{end}"
     out += f"LastBusyTime={units.format_timestamp(node.last_busy, 'Unknown')}{end}"
-    tres = f"cpu={cpus},mem={_memory_tres(node.resources.memory_mb)},billing={cpus}"
+    tres = f"cpu={cpus},mem={units.format_tres_memory(node.resources.memory_mb)},billing={cpus}"
     gres = ",".join(f"gres/{name}={count}" for name, count in sorted(dict(node.resources.gres).items()))
     out += f"CfgTRES={tres}{',' + gres if gres else ''}{end}"
     alloc = [f"cpu={used}"] if used else []
     if node.allocated.memory_mb:
-        alloc.append(f"mem={_memory_tres(node.allocated.memory_mb)}")
+        alloc.append(f"mem={units.format_tres_memory(node.allocated.memory_mb)}")
     alloc += [f"gres/{name}={count}" for name, count in sorted(dict(node.allocated.gres).items()) if count]
     out += f"AllocTRES={','.join(alloc)}{end}"
     out += f"CapWatts=n/a{end}CurrentWatts=0 AveWatts=0{end}"
