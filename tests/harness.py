@@ -325,6 +325,37 @@ heartbeat_timeout_secs = {self.heartbeat_timeout}
         )
 
 
+# The test hook that kills a spurctld's Raft core: a wrapper run instead of the spurctld entry point, whose tick
+# thread ends once the file named by argv[1] exists, with an exception the tick loop does not catch (as a bug in
+# pysyncobj or in an apply listener could). It lives here, in the tests, and patches the class before main():
+# nothing in an installed spurctld (no variable, no RPC) can reach it.
+RAFT_DIES = """
+import os, sys
+from spur_hpc.controller import raft
+trigger = sys.argv.pop(1)
+class TickThreadDies(BaseException):
+    pass
+tick = raft.SpurRaft.doTick
+def doTick(self, period):
+    if os.path.exists(trigger):
+        raise TickThreadDies("test: the Raft tick thread dies")
+    return tick(self, period)
+raft.SpurRaft.doTick = doTick
+from spur_hpc.controller.daemon import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def spawn_raft_dies(m: Member, trigger: Path) -> Proc:
+    """Start member m's spurctld under RAFT_DIES: its Raft core dies once `trigger` exists."""
+    m.proc = Proc(
+        f"spurctld-{m.index}-raft-dies",
+        [sys.executable, "-c", RAFT_DIES, str(trigger), "--conf", str(m.conf_path)],
+        m.root / "spurctld.log",
+    ).start()
+    return m.proc
+
+
 def cleanup_all() -> None:
     """Stop every process a test started: agents first, then controllers (as teardown.yml does).
 

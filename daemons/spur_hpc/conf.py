@@ -263,6 +263,25 @@ SCHEMA: dict[str, dict[str, Key]] = {
             min=1,
             max=600_000,
         ),
+        "leaderless_exit_secs": Key(
+            float,
+            300.0,
+            "A controller that has neither heard from a leader nor been one for this long (a partition that keeps "
+            "it in a minority, a Raft core stuck in a journal write) answers 503 on `/readyz` and exits with "
+            "status 70 after `fatal_exit_grace_secs`, so systemd or Kubernetes restarts it. Keep it well above "
+            "`election_timeout_max_ms`; `0` never exits for this (a dead Raft core still does).",
+            min=0,
+            max=YEAR,
+        ),
+        "fatal_exit_grace_secs": Key(
+            float,
+            15.0,
+            "Between the moment a controller stops serving (its Raft core died, or `leaderless_exit_secs` passed) "
+            "and its exit with status 70, `/readyz` answers 503, long enough for a load balancer or a Kubernetes "
+            "readiness probe to stop sending it traffic. A leader that comes back within it cancels the exit.",
+            min=0,
+            max=HOUR,
+        ),
         "log_compaction_entries": Key(int, 5000, "Journal entries between snapshots.", min=1, max=10**9),
         "bootstrap_probe_timeout_secs": Key(
             float,

@@ -23,7 +23,9 @@ EXIT_CRASH = 1  # an unexpected error (its traceback is in the log), or a second
 # Refused to start, or stopped by a refusal that retrying cannot fix: a bad command line or configuration, a
 # state_dir or port it cannot use, a registration the controller refused. One line says what to fix.
 EXIT_REFUSED = 2
-EXIT_FATAL = 3  # a fault while serving that the daemon cannot recover from (spurctld: its Raft core stopped)
+# A fault while serving that the daemon cannot recover from (spurctld: its Raft core stopped, or it had no leader for
+# [controller] leaderless_exit_secs): sysexits.h's EX_SOFTWARE, the upstream controller's choice.
+EXIT_FATAL = 70
 
 
 class StartupError(Exception):

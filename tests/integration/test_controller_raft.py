@@ -9,7 +9,8 @@ import uuid
 import grpc
 import pytest
 
-from harness import wait_until
+from harness import http_get, spawn_raft_dies, wait_until
+from spur_hpc.daemon import EXIT_FATAL
 from spur_hpc.proto import slurm_pb2
 
 
@@ -125,6 +126,36 @@ def test_restarted_follower_catches_up_with_journal(cluster):
     wait_until(lambda: set(written) <= all_job_ids(cluster, follower), 15, "follower to catch up")
     status = follower.status()
     assert status["cluster_id"] == leader.status()["cluster_id"]
+
+
+def test_a_follower_whose_raft_core_dies_fails_readyz_at_once_and_exits_70(make_cluster, tmp_path):
+    grace = 4.0
+    c = make_cluster(3, extra_controller=f"fatal_exit_grace_secs = {grace}")
+    leader = c.wait_leader()
+    f = next(m for m in c.members if m is not leader)
+    f.proc.stop()
+    trigger = tmp_path / "kill-raft"
+    spawn_raft_dies(f, trigger)
+    wait_until(lambda: f.probe("/readyz") == 200, 60, "the follower under the test hook to be ready")
+    trigger.touch()
+    died = time.monotonic()
+    # Before: /readyz kept answering 200 (and gRPC kept serving) with a dead Raft core, so probes sent it traffic.
+    def failing_readyz():
+        code, body = http_get(f.probe_url + "/readyz")
+        return body if code == 503 else None
+
+    body = wait_until(failing_readyz, 2, "/readyz to fail")
+    assert f.proc.alive(), "the 503 comes at once, before the exit"
+    assert "not ready: the Raft core stopped" in body and "TickThreadDies" in body, body
+    assert f.probe("/livez") == 503
+    assert f.proc.wait_exit(grace + 20) == EXIT_FATAL
+    assert time.monotonic() - died >= grace - 0.5, "it exits after the grace, not at once"
+    errors = [line for line in f.proc.log_text().splitlines() if " ERROR " in line or " CRITICAL " in line]
+    assert len(errors) == 1 and "exits with status 70" in errors[0], errors
+    others = [m for m in c.members if m is not f]
+    assert all(m.probe("/readyz") == 200 for m in others)
+    assert c.wait_leader() in others
+    assert len(set(submit_anywhere(c, 3))) == 3
 
 
 def test_wiped_follower_rejoins_through_cluster_probe(cluster):

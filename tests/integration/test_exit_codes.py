@@ -1,6 +1,6 @@
 """Every daemon's exit status says how it ended (the EXIT_* table of spur_hpc/daemon.py, docs/reliability.md):
 0 after a clean stop on SIGTERM, 1 after an unexpected error, 2 when it refuses to start (with one line saying
-what to fix), 3 when a fault while serving leaves it unable to go on. Real spurctld and spurd processes."""
+what to fix), 70 when a fault while serving leaves it unable to go on. Real spurctld and spurd processes."""
 
 from __future__ import annotations
 
@@ -11,26 +11,8 @@ import sys
 from pathlib import Path
 
 from agents import AgentProc
-from harness import BIN, Proc, wait_until
+from harness import BIN, spawn_raft_dies, wait_until
 from spur_hpc.daemon import EXIT_CRASH, EXIT_FATAL, EXIT_OK, EXIT_REFUSED
-
-# spurctld whose Raft tick thread dies once the file named by argv[1] exists: the thread ends with an
-# exception the tick loop does not catch (as a bug in pysyncobj or in an apply listener could).
-RAFT_DIES = """
-import os, sys
-from spur_hpc.controller import raft
-trigger = sys.argv.pop(1)
-class TickThreadDies(BaseException):
-    pass
-tick = raft.SpurRaft.doTick
-def doTick(self, period):
-    if os.path.exists(trigger):
-        raise TickThreadDies("test: the Raft tick thread dies")
-    return tick(self, period)
-raft.SpurRaft.doTick = doTick
-from spur_hpc.controller.daemon import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def problem_lines(text: str) -> list[str]:
@@ -52,16 +34,12 @@ def test_spurctld_stopped_with_sigterm_exits_0(make_cluster):
     assert problem_lines(log) == [], log[-2000:]
 
 
-def test_spurctld_whose_raft_core_dies_exits_3_with_one_line(make_cluster, tmp_path):
-    c = make_cluster(1, start=False)
+def test_spurctld_whose_raft_core_dies_exits_70_with_one_line(make_cluster, tmp_path):
+    c = make_cluster(1, start=False, extra_controller="fatal_exit_grace_secs = 0")
     m = c.members[0]
     c.write_conf(m)
     trigger = tmp_path / "kill-raft"
-    m.proc = Proc(
-        "spurctld-raft-dies",
-        [sys.executable, "-c", RAFT_DIES, str(trigger), "--conf", str(m.conf_path)],
-        m.root / "spurctld.log",
-    ).start()
+    spawn_raft_dies(m, trigger)
     wait_until(lambda: m.probe("/readyz") == 200, 60, "the controller to become ready")
     trigger.touch()
     # Before: the process stayed up with a dead Raft core (only /livez said so) and exited 0 when stopped.
@@ -69,7 +47,8 @@ def test_spurctld_whose_raft_core_dies_exits_3_with_one_line(make_cluster, tmp_p
     log = m.proc.log_text()
     problems = problem_lines(log)
     assert len(problems) == 1 and "the Raft core stopped" in problems[0], log[-3000:]
-    assert log.rstrip().endswith("stopped (exit status 3)"), log[-2000:]
+    assert "TickThreadDies: test: the Raft tick thread dies" in problems[0], problems[0]
+    assert log.rstrip().endswith(f"stopped (exit status {EXIT_FATAL})"), log[-2000:]
 
 
 def test_spurctld_that_cannot_bind_its_raft_port_exits_2_with_one_line(make_cluster):

@@ -131,6 +131,11 @@ def test_a_leader_whose_tick_thread_stalls_stops_claiming_leadership(three_membe
     wait_until(lambda: not leader.is_leader(), 30, "the stalled leader to give up leadership")
     assert leader.leader_addr() is None
     assert not leader.has_quorum()
+    # the watchdog's facts (controller/status.py): a core that does not tick ages its last sight of a leader,
+    # while the members that tick keep theirs fresh
+    assert not leader.core_alive() and all(m.core_alive() for m in others)
+    wait_until(lambda: leader.leaderless_secs() > 2.0, 30, "the stalled member's last leader to age")
+    assert max(m.leaderless_secs() for m in others) < 1.0
 
 
 def test_handshakes_in_progress_are_capped_and_time_out(tmp_path, caplog, monkeypatch):

@@ -69,6 +69,7 @@ class ControllerDaemon(MemberStatus, Daemon):
         self.identity_changed = threading.Event()
         self.accounting: AccountingLink | None = None
         self.last_step_down = 0.0
+        self.not_serving_since: float | None = None  # when serving_problem() first said why (the exit's grace)
 
     # ---------------------------------------------------------------- configuration
 
@@ -287,19 +288,42 @@ class ControllerDaemon(MemberStatus, Daemon):
         while not self.stopping.is_set():
             self.identity_changed.wait(0.2)
             self.identity_changed.clear()
-            if not self.raft_alive() and not self.stopping.is_set():
-                # Without its tick thread this member neither votes, replicates nor applies: a process
-                # that stays up only looks healthy to its supervisor, so exit and let it restart us.
-                log.critical(
-                    "the Raft core stopped (its tick thread died): exiting with status %d so the service restarts",
-                    EXIT_FATAL,
-                )
-                self.request_stop(EXIT_FATAL)
+            if self._exit_if_not_serving():
                 return
+            if not self.raft.core_alive():
+                continue  # nothing below can work without the core; the grace runs out above
             try:
                 self._watch_once()
             except Exception:
                 log.exception("member watch failed")
+
+    def _exit_if_not_serving(self) -> bool:
+        """A member whose Raft core died, or that had no leader for leaderless_exit_secs, neither votes, replicates
+        nor applies (or cannot reach those that do): staying up only looks healthy to its supervisor. /readyz says
+        503 at once (status.py); after fatal_exit_grace_secs, time for probes to take it out, it exits with
+        EXIT_FATAL so systemd (Restart=on-failure) or Kubernetes restarts it. True once the stop is requested."""
+        if self.stopping.is_set():
+            return True  # a stop under way ends the core on purpose: nothing to report
+        problem = self.serving_problem()
+        if problem is None:
+            if self.not_serving_since is not None:
+                log.warning("a leader is known again: this controller serves again and stays up")
+                self.not_serving_since = None
+            return False
+        grace = self.conf.controller.fatal_exit_grace_secs
+        now = time.monotonic()
+        if self.not_serving_since is None:
+            self.not_serving_since = now
+            log.error(
+                "%s: /readyz answers 503 and spurctld exits with status %d in %g s so its service restarts it",
+                problem,
+                EXIT_FATAL,
+                grace,
+            )
+        if now - self.not_serving_since < grace:
+            return False
+        self.request_stop(EXIT_FATAL)
+        return True
 
     def _watch_once(self) -> None:
         raft = self.raft

@@ -423,6 +423,11 @@ class SpurRaft(SyncObj):
         self._holding_elections = settings.hold_elections
         self.disk = DiskGuard(os.path.dirname(settings.journal_file) or ".", settings.min_free_disk_mb)
         self._last_tick_error = ("", 0.0)
+        # The watchdog's facts (controller/status.py): why the tick thread ended, and when this member last knew a
+        # leader (heard from one, or was one). Updated by the tick thread only, so a tick that never returns (a
+        # stuck journal write) ages it too. Counted from the start: a member that never finds a leader trips it.
+        self.core_error: str | None = None
+        self._leader_seen = time.monotonic()
         self._wakeup: list[PipeNotifier] = []  # filled after SyncObj.__init__ (it needs the poller)
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
@@ -441,14 +446,24 @@ class SpurRaft(SyncObj):
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        self._leader_seen = time.monotonic()  # loading the store (in SyncObj.__init__) is not time without a leader
         self._tick_thread = threading.Thread(target=self._tick_loop, name="raft-tick", daemon=True)
         self._tick_thread.start()
 
     def _tick_loop(self) -> None:
+        try:
+            self._ticks()
+        except BaseException as exc:  # what _ticks does not catch ends the core: keep why for the probes
+            self.core_error = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _ticks(self) -> None:
         period = self._conf.autoTickPeriod
         while not self._stopping.is_set():
             try:
                 self.doTick(period)
+                if self.leader_addr() is not None:
+                    self._leader_seen = time.monotonic()
             except DiskFullError:  # the journal logged it once; pysyncobj retries what it refused
                 time.sleep(period)
             except Exception as exc:  # a tick must never kill the thread silently, nor flood the log
@@ -639,6 +654,15 @@ class SpurRaft(SyncObj):
         if self._isLeader():
             return self._majority_heard(min(self._settings.leader_fallback, self._settings.election_min / 2))
         return self.hasQuorum
+
+    def core_alive(self) -> bool:
+        """The tick thread runs: without it this member neither votes, replicates nor applies."""
+        thread = self._tick_thread
+        return thread is not None and thread.is_alive()
+
+    def leaderless_secs(self) -> float:
+        """Seconds since a tick last ended with a leader known (this member or another), or since the start."""
+        return time.monotonic() - self._leader_seen
 
     def holding_elections(self) -> bool:
         return self._holding_elections

@@ -176,11 +176,24 @@ class MemberStatus:
     def raft_alive(self) -> bool:
         """False once the Raft tick thread died (not when it was stopped on purpose for a stall)."""
         raft = self.raft
-        return (
-            raft is None
-            or self.raft_stopped_for_stall
-            or (raft._tick_thread is not None and raft._tick_thread.is_alive())
-        )
+        return raft is None or self.raft_stopped_for_stall or raft.core_alive()
+
+    def serving_problem(self) -> str | None:
+        """Why this member must stop serving and exit (controller/daemon.py's watch), or None. A member stopped for
+        a stall is not one: it stays up on purpose, answering probes, until a release that reads the log is in."""
+        raft = self.raft
+        if raft is None or self.raft_stopped_for_stall:
+            return None
+        if not raft.core_alive():
+            return f"the Raft core stopped (its tick thread died: {raft.core_error or 'no exception recorded'})"
+        bound = self.conf.controller.leaderless_exit_secs
+        idle = raft.leaderless_secs()
+        if bound and idle > bound:
+            return (
+                f"no leader for {idle:.0f} s (neither heard from one nor been one), over [controller] "
+                f"leaderless_exit_secs = {bound:g}"
+            )
+        return None
 
     def _livez(self):
         alive = self.raft_alive()
@@ -192,6 +205,9 @@ class MemberStatus:
             return text_response(503, f"not ready: {self.phase}")
         if self.raft_stopped_for_stall:
             return text_response(503, "not ready: stalled on a record this release cannot read")
+        problem = self.serving_problem()
+        if problem is not None:
+            return text_response(503, f"not ready: {problem}")
         if raft.holding_elections():
             return text_response(503, "not ready: catching up with the cluster")
         if raft.leader_addr() is None:
