@@ -475,3 +475,20 @@ def test_the_table_of_earlier_runs_has_the_columns_of_spur_jobs_in_order(pg_data
             for table in ("spur_jobs", "spur_job_runs")
         }
     assert columns["spur_job_runs"] == columns["spur_jobs"] and len(columns["spur_jobs"]) > 30
+
+
+def test_who_cancelled_a_job_is_stored_and_a_row_of_an_older_schema_names_nobody(pg_database: Database) -> None:
+    from spur_hpc.controller.grpc_api import job_to_pb
+
+    with connect(settings_for(pg_database)) as conn:  # a database a release of schema 3 wrote
+        assert migrate(conn, MIGRATIONS[:3]) == [1, 2, 3]
+        conn.execute("INSERT INTO spur_clusters (cluster_id, name) VALUES (%s, 'spur') ON CONFLICT DO NOTHING",
+                     (CLUSTER,))
+        conn.execute("INSERT INTO spur_jobs (cluster_id, job_id, record_version, state, submit_time, end_time) "
+                     "VALUES (%s, 1, 4, 'CANCELLED', to_timestamp(%s), to_timestamp(%s))", (CLUSTER, T0, T0 + 50))
+    writer = writer_for(pg_database)  # migrates to 4 as it connects
+    assert writer.reconcile([job(2, "CANCELLED", 1, cancelled_by_uid=0), job(3, "CANCELLED")]) == 2
+    with pg_database.admin_connect() as conn:
+        by_id = {r["job_id"]: r for r in query_jobs(conn, job_ids=[1, 2, 3], start=T0, end=T0 + 3600)}
+    assert {job_id: r["cancelled_by_uid"] for job_id, r in by_id.items()} == {1: -1, 2: 0, 3: -1}
+    assert [job_to_pb(by_id[j]).cancelled_by_uid for j in (1, 2)] == [-1, 0]  # what sacct gets

@@ -267,3 +267,12 @@ def test_at_wal_level_2_an_array_field_is_not_read():
     s = cluster(level=2)
     job = submit(s, array="0-3", hold=True)
     assert "array_pending" not in s.jobs[job] and not s.jobs[job]["held"], "as a level-2 member applies it"
+
+
+def test_cancelling_an_array_records_who_did_on_every_record_it_ends_or_stops():
+    s = cluster(cpus=1)
+    array = submit(s, array="0-3")
+    (running,) = start_planned(s)
+    s.apply(rec("job_array_cancel", array_job_id=array, tasks=[], by="u", by_uid=1000, time=5.0))
+    assert s.jobs[running]["cancelled_by_uid"] == 1000 and s.jobs[running]["cancel_requested"]
+    assert (s.jobs[array]["state"], s.jobs[array]["cancelled_by_uid"]) == ("CANCELLED", 1000)

@@ -62,7 +62,7 @@ def sample_jobs() -> list[pb.Job]:
         pb.Job(job_id=107, spec=spec("broken"), state=pb.FAILED, exit_code=3, signal=0, submit_time=NOW - 500,
                start_time=NOW - 400, end_time=NOW - 399, nodes=["node2"], attempt=1),
         pb.Job(job_id=108, spec=spec("killed"), state=pb.CANCELLED, exit_code=0, signal=15, submit_time=NOW - 300,
-               start_time=NOW - 290, end_time=NOW - 200, nodes=["node2"], attempt=1),
+               start_time=NOW - 290, end_time=NOW - 200, nodes=["node2"], attempt=1, cancelled_by_uid=1000),
     ]  # fmt: skip
 
 

@@ -230,3 +230,13 @@ def test_helpformat_lists_the_fields_as_slurm_does_alphabetically_four_to_a_line
     assert names == sorted(names, key=str.lower) and names[:3] == ["Account", "AllocCPUS", "AllocNodes"]
     assert all(len(line) == 4 * 19 + 3 for line in lines[:-1]) and len(lines[-1]) % 20 == 19
     assert lines[0] == "Account             AllocCPUS           AllocNodes          AllocTRES          "
+
+
+def test_a_cancelled_job_names_who_cancelled_it_cut_to_the_column_and_whole_when_parsable() -> None:
+    by_root = job(50, pb.CANCELLED, cancelled_by_uid=0, steps=[batch(pb.CANCELLED)])
+    by_nobody = job(51, pb.CANCELLED, cancelled_by_uid=-1)  # its node failed under a cancel, say: nobody's
+    assert sacct([by_root, by_nobody], "JobID,State") == ["50|CANCELLED by 0", "50.batch|CANCELLED", "51|CANCELLED"]
+    lines = acctview.lines_of([by_root], True, "")
+    assert acctview.sacct_lines(lines, acctview.parse_fields("State"), T0 + 100, False) == ["CANCELLED+ "]
+    wide = acctview.sacct_lines(lines, acctview.parse_fields("State%20"), T0 + 100, False)
+    assert wide == ["      CANCELLED by 0 "]

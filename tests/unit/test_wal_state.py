@@ -341,3 +341,26 @@ def test_suspend_needs_wal_level_4():
     s = new_cluster()
     with pytest.raises(wal.WalLevelError, match="needs WAL level 4"):
         wal.check_level(rec("job_suspend", job_id=1, time=1.0), s.wal_level)
+
+
+def test_who_cancelled_is_the_authenticated_uid_kept_through_the_end_and_cleared_by_a_requeue():
+    s = new_cluster()
+    register(s, "n1")
+    waiting = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    running = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    s.apply(rec("job_start", job_id=running, nodes=["n1"], attempt=1, time=2.0))
+    s.apply(rec("job_cancel", job_id=waiting, by="mallory", by_uid=0, time=3.0))
+    s.apply(rec("job_cancel", job_id=running, by="u", by_uid=1, time=3.0))
+    assert (s.jobs[waiting]["state"], s.jobs[waiting]["cancelled_by_uid"]) == ("CANCELLED", 0)
+    assert s.jobs[running]["cancelled_by_uid"] == 1
+    s.apply(rec("job_end", job_id=running, attempt=1, state="COMPLETED", exit_code=0, signal=15, time=4.0))
+    assert (s.jobs[running]["state"], s.jobs[running]["cancelled_by_uid"]) == ("CANCELLED", 1)
+    s.apply(rec("job_requeue_user", job_id=running, hold=False, time=5.0))
+    assert s.jobs[running]["state"] == "PENDING" and "cancelled_by_uid" not in s.jobs[running]
+
+
+def test_a_cancel_record_of_an_older_release_names_no_canceller():
+    s = new_cluster()
+    job = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    s.apply(rec("job_cancel", job_id=job, by="u", time=3.0))  # no by_uid: written before the field
+    assert s.jobs[job]["state"] == "CANCELLED" and "cancelled_by_uid" not in s.jobs[job]

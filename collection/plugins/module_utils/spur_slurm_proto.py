@@ -315,6 +315,7 @@ message Job {
   double suspend_time = 23;       // when it was last suspended or resumed (Slurm's SuspendTime); 0 = never
   double suspended_secs = 24;     // time spent suspended so far: not run time
   map<string, NodeAllocation> allocs = 25;  // per node: the CPU ids, memory and gres units it holds (scontrol -d)
+  int32 cancelled_by_uid = 26;    // Slurm's requid: the authenticated uid of who cancelled it; -1 = nobody did
 }
 
 // One job step (docs/controller.md "Steps"): the batch script is step "batch", each srun step "0", "1", ...

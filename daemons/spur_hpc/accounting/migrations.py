@@ -158,6 +158,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             FOR EACH ROW EXECUTE FUNCTION spur_keep_earlier_run();
         """,
     ),
+    Migration(
+        4,
+        "who cancelled a job",
+        """
+        -- Slurm's requid: the authenticated uid of who cancelled the job (sacct: CANCELLED by UID); -1 when nobody
+        -- did (it ended by itself, by its time limit, a node failure), and for the rows of a release before this.
+        ALTER TABLE spur_jobs ADD COLUMN cancelled_by_uid integer NOT NULL DEFAULT -1;
+        ALTER TABLE spur_job_runs ADD COLUMN cancelled_by_uid integer NOT NULL DEFAULT -1;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version  # the newest schema this release knows

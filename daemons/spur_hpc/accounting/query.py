@@ -48,7 +48,8 @@ _RESULT_COLUMNS = (
     "submit_time, start_time, end_time, nodes, cpus, req_nodes, tasks, cpus_per_task, memory_mb, time_limit_secs, "
     'work_dir, updated_at, array_job_id, array_task_id, array_pending, array_max_running, "comment", wckey, qos, '
     "constraints, req_nodelist, exc_nodelist, restart_count, "
-    "CASE WHEN eligible_time = 'infinity' THEN NULL ELSE eligible_time END AS eligible_time, std_out, std_err"
+    "CASE WHEN eligible_time = 'infinity' THEN NULL ELSE eligible_time END AS eligible_time, std_out, std_err, "
+    "cancelled_by_uid"
 )
 # When a job became eligible; a row of a release before this one may have none: its submission stands in.
 _ELIGIBLE = "COALESCE(eligible_time, submit_time)"
@@ -174,7 +175,7 @@ def query_jobs(
     tasks, cpus_per_task, memory_mb, time_limit_secs, work_dir}, state, reason, exit_code, signal,
     submit_time/start_time/end_time (epoch seconds, 0.0 when not yet), nodes (list), attempt,
     cancel_requested (False), array_job_id, array_task_id, array_pending, array_max_running, restart_count,
-    eligible_time, steps {step_id: step record}; plus cluster_id, cpus (allocated) and updated_at.
+    eligible_time, cancelled_by_uid, steps {step_id: step record}; plus cluster_id, cpus (allocated) and updated_at.
     cluster_id None means every cluster in the database. A job id selects that job and, when it is an array's
     id, every task of the array; names select by job name.
     """
@@ -302,6 +303,7 @@ def _as_record(row: dict[str, Any]) -> dict[str, Any]:
         "array_max_running": row["array_max_running"] or 0,
         "restart_count": row["restart_count"] or 0,
         "eligible_time": _epoch(row["eligible_time"]),
+        "cancelled_by_uid": row["cancelled_by_uid"],
     }
 
 

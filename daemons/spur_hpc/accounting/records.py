@@ -89,6 +89,8 @@ COLUMNS: tuple[str, ...] = (
     "eligible_time",
     "std_out",
     "std_err",
+    # schema version 4
+    "cancelled_by_uid",
 )
 STEP_COLUMNS: tuple[str, ...] = (
     "cluster_id",
@@ -188,6 +190,7 @@ def job_row(cluster_id: str, job: Mapping[str, Any]) -> tuple[Any, ...]:
         eligible_at(job),
         _text(spec.get("stdout_path")),
         _text(spec.get("stderr_path")),
+        int(job.get("cancelled_by_uid", -1)),
     )
 
 

@@ -48,6 +48,15 @@ def _state(value: Any) -> str:
     return value if isinstance(value, str) else protocodec.schema().enum_name("JobState", value)
 
 
+def job_state(job: Any) -> str:
+    """A job's State as sacct prints it: a job someone cancelled names them, `CANCELLED by UID` (Slurm's requid;
+    the column cuts it to `CANCELLED+`), its steps do not."""
+    name = jobview.state_name(job)
+    if name == "CANCELLED" and job.cancelled_by_uid >= 0:
+        return f"{name} by {job.cancelled_by_uid}"
+    return name
+
+
 def _elapsed(line: Line, now: float) -> float:
     if line.step is None:
         return jobview.elapsed_seconds(line.job, now)
@@ -136,7 +145,7 @@ FIELDS: dict[str, tuple[str, int, bool, Callable[[Line, float], str]]] = {
             lambda s, now: model.compress_hostlist(list(s.nodes)) or "None assigned",
         ),
     ),
-    "state": ("State", 10, True, _either(lambda j, now: jobview.state_name(j), lambda s, now: _state(s.state))),
+    "state": ("State", 10, True, _either(lambda j, now: job_state(j), lambda s, now: _state(s.state))),
     "exitcode": (
         "ExitCode",
         8,

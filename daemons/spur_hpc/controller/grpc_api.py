@@ -85,6 +85,7 @@ JOB_RECORD_FIELDS = {
     "priority": 0,
     "suspend_time": 0.0,
     "suspended_secs": 0.0,
+    "cancelled_by_uid": -1,
 }
 
 
@@ -422,13 +423,16 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
 
     @rpc
     def CancelJob(self, request, context):
-        self._require_job_owner(self.node.authz.caller(context), request.job_id, "cancel job")
+        who = self.node.authz.caller(context)  # MUNGE vouches for its uid: who cancelled (requested_by is unchecked)
+        self._require_job_owner(who, request.job_id, "cancel job")
         if request.step_id:  # scancel N.M, srun's Ctrl-C: the step's supervisors, through the leader
             self.service.require_leader()
             self.node.duties.steps.signal(request.job_id, request.step_id, request.signal)
             job = self.service.get_job(request.job_id)
             return slurm_pb2.CancelJobReply(job=job_to_pb(job, brief=True))
-        result = self.service.cancel(request.job_id, request.signal, request.requested_by, request.array_tasks)
+        result = self.service.cancel(
+            request.job_id, request.signal, request.requested_by, request.array_tasks, by_uid=who.uid
+        )
         if "signal" in result and isinstance(result["signal"], list):  # an array: each running task named
             self._signal_tasks(result["signal"], request.signal)
         elif result.get("signal_agent") and self.node.service.raft.is_leader():

@@ -561,8 +561,9 @@ class ControllerService:
         self.require_leader()  # the leader signals the job's nodes right after the write
         return self.write("job_resume" if resume else "job_suspend", job_id=job_id, time=self.clock())
 
-    def cancel(self, job_id: int, signal: int, by: str, array_tasks: str = "") -> dict[str, Any]:
-        """Cancel (signal 0) or signal a job; an array's id means all its records, array_tasks some tasks."""
+    def cancel(self, job_id: int, signal: int, by: str, array_tasks: str = "", by_uid: int = -1) -> dict[str, Any]:
+        """Cancel (signal 0) or signal a job; an array's id means all its records, array_tasks some tasks. by_uid is
+        the caller's authenticated uid (-1: not a user), recorded as who cancelled it; `by` is the name it sent."""
         _check_job_id(job_id)
         if not 0 <= signal <= 64:
             raise errors.InvalidArgument(f"signal {signal} is not a valid signal number (1-64, 0 to cancel)")
@@ -570,7 +571,7 @@ class ControllerService:
         if array_tasks and not is_array:
             raise errors.InvalidArgument(f"job {job_id} is not an array; cancel it without task ids")
         if is_array:
-            return self._cancel_array(job_id, signal, by, array_tasks)
+            return self._cancel_array(job_id, signal, by, array_tasks, by_uid)
         if signal:
             job = self.get_job(job_id)
             if job["state"] in FINISHED_STATES:
@@ -586,7 +587,8 @@ class ControllerService:
                 "signal": signal,
             }
         now = self.clock()
-        return self.write("job_cancel", job_id=job_id, by=by, time=now, reason=self._reason_now(job_id, now))
+        reason = self._reason_now(job_id, now)
+        return self.write("job_cancel", job_id=job_id, by=by, by_uid=by_uid, time=now, reason=reason)
 
     def _reason_now(self, job_id: int, now: float) -> str:
         """The reason squeue shows for a job at `now` (a pending job's is worked out, never stored): a job cancelled
@@ -646,7 +648,7 @@ class ControllerService:
 
     # -------------------------------------------------------------- arrays, requeue, update (WAL level 3)
 
-    def _cancel_array(self, array_id: int, signal: int, by: str, array_tasks: str) -> dict[str, Any]:
+    def _cancel_array(self, array_id: int, signal: int, by: str, array_tasks: str, by_uid: int = -1) -> dict[str, Any]:
         try:
             tasks = parse_array_ranges(array_tasks, "array_tasks") if array_tasks else []
         except InvalidValue as exc:
@@ -665,7 +667,9 @@ class ControllerService:
             return {"already_finished": not targets, "state": RUNNING, "signal": targets}
         now = self.clock()
         reason = self._reason_now(array_id, now)  # what the array's waiting tasks show, kept when they are cancelled
-        result = self.write("job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, time=now, reason=reason)
+        result = self.write(
+            "job_array_cancel", array_job_id=array_id, tasks=tasks, by=by, by_uid=by_uid, time=now, reason=reason
+        )
         return {**result, "already_finished": not result["cancelled"] and not result["signal"]}
 
     def requeue(self, job_id: int, hold: bool) -> list[list[Any]]:

@@ -506,6 +506,7 @@ class ClusterState(StepOps):
             return err("not_found", f"job {r['job_id']} does not exist")
         if job["state"] in FINISHED_STATES:
             return ok(already_finished=True, state=job["state"])
+        _record_canceller(job, r)
         if job["state"] == PENDING:
             job.update(state=CANCELLED, end_time=float(r["time"]), reason=self._cancel_reason(job, r))
             return ok(already_finished=False, state=CANCELLED, signal_agent=False)
@@ -658,6 +659,7 @@ class ClusterState(StepOps):
                 else:  # the array's own record now stands for the tasks cancelled before they started
                     parent["array_pending"] = format_array_ranges(gone)
                     parent.update(state=CANCELLED, end_time=when, reason=reason)
+                    _record_canceller(parent, r)
                 cancelled.extend(gone)
         for job in records:
             if wanted:
@@ -666,9 +668,11 @@ class ClusterState(StepOps):
                 matched.add(job["array_task_id"])
             if job["state"] == PENDING:
                 job.update(state=CANCELLED, end_time=when, reason=reason)
+                _record_canceller(job, r)
                 cancelled.append(job["job_id"] if not job.get("array_pending") else array_id)
             elif job["state"] == RUNNING:
                 job["cancel_requested"] = True
+                _record_canceller(job, r)
                 signal.append([job["job_id"], job["attempt"], list(job["nodes"])])
         unknown = sorted(wanted - matched)
         if wanted and not matched:
@@ -680,6 +684,7 @@ class ClusterState(StepOps):
         priority is 0; requeued after its node failed, it gets a new one (as Slurm's does); else it keeps its own."""
         self._release(job)
         self._steps_job_requeued(job, when)
+        job.pop("cancelled_by_uid", None)  # the next run has not been cancelled by anyone
         job.update(
             state=PENDING,
             nodes=[],
@@ -798,6 +803,14 @@ def new_job_record(job_id: int, spec: dict[str, Any], submit_time: float, key: s
         "held": False,
         "key": key,
     }
+
+
+def _record_canceller(job: dict[str, Any], r: dict[str, Any]) -> None:
+    """Keep who cancelled the job (Slurm's requid: sacct's `CANCELLED by UID`): the uid the leader authenticated
+    (MUNGE), never the name the client sent. A record of a release before the field has none: the job keeps none,
+    so it replays as it did."""
+    if "by_uid" in r and int(r["by_uid"]) >= 0:
+        job["cancelled_by_uid"] = int(r["by_uid"])
 
 
 def requeueable(job: dict[str, Any]) -> bool:
