@@ -6,7 +6,7 @@ options, `--opt=value`, `-ovalue`, bundled short flags, unique long prefixes and
 
 from __future__ import annotations
 
-from spur_hpc.cli.runner import CliError
+from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def usage_error(program: str, message: str, getopt_text: str = "") -> UsageError
 
 def getopt_lines(argv0: str, program: str, error: UsageError) -> str:
     """The two lines a Slurm command prints on stderr for an option getopt refuses (exit 1)."""
-    return f'{argv0}: {error.getopt_text}\nTry "{program} --help" for more information\n'
+    return f'{argv0}: {printable(error.getopt_text)}\nTry "{program} --help" for more information\n'
 
 
 def parse(
