@@ -357,6 +357,10 @@ def test_who_cancelled_is_the_authenticated_uid_kept_through_the_end_and_cleared
     assert (s.jobs[running]["state"], s.jobs[running]["cancelled_by_uid"]) == ("CANCELLED", 1)
     s.apply(rec("job_requeue_user", job_id=running, hold=False, time=5.0))
     assert s.jobs[running]["state"] == "PENDING" and "cancelled_by_uid" not in s.jobs[running]
+    s.apply(rec("job_start", job_id=running, nodes=["n1"], attempt=2, time=70.0))
+    s.apply(rec("job_cancel", job_id=running, by="u", by_uid=1, time=71.0))
+    s.apply(rec("job_end", job_id=running, attempt=2, state="NODE_FAIL", exit_code=0, signal=0, time=72.0))
+    assert s.jobs[running]["state"] == "NODE_FAIL" and "cancelled_by_uid" not in s.jobs[running]
 
 
 def test_a_cancel_record_of_an_older_release_names_no_canceller():

@@ -489,6 +489,8 @@ class ClusterState(StepOps):
             return err("invalid", f"{state} is not an end state")
         if job["cancel_requested"] and state != NODE_FAIL:
             state = CANCELLED
+        elif state == NODE_FAIL:
+            job.pop("cancelled_by_uid", None)  # its node ended it before the cancel did: nobody's (Slurm's requid -1)
         # The leader's NODE_FAIL of a job its node lost (the agent came back without it) may ask for a requeue;
         # a release before level 3 does not read the field, so it is judged only from level 3 on.
         if state == NODE_FAIL and r.get("requeue") and self.wal_level >= 3:
