@@ -232,17 +232,7 @@ def install_release(
                 info.release_id, False, current, f"release {info.release_id} is already current; nothing to do"
             )
         target = releases_dir(prefix) / info.release_id
-        fresh = installed_info(prefix, info.release_id) is None
-        if fresh:
-            if target.exists():
-                shutil.rmtree(target)  # the remains of an interrupted install
-            releases_dir(prefix).mkdir(parents=True, exist_ok=True)
-            log(f"installing {info.release_id} into {target}")
-            try:
-                _build_venv(release_dir, info, target, python)
-            except BaseException:
-                shutil.rmtree(target, ignore_errors=True)
-                raise
+        fresh = _build_if_missing(release_dir, info, prefix, target, python, log, "installing")
         switch_link(prefix / "current", info.release_id)
         try:
             _link_commands(bin_dir, prefix, info.commands)
@@ -260,6 +250,25 @@ def install_release(
         current,
         f"switched {prefix}/current to {info.release_id}" + (f" (previous: {current})" if current else ""),
     )
+
+
+def _build_if_missing(
+    release_dir: Path, info: ReleaseInfo, prefix: Path, target: Path, python: str, log: Callable[[str], None], verb: str
+) -> bool:
+    """Build the release's venv at target unless the prefix already holds it complete; True when built.
+    Called under the prefix lock; an interrupted earlier build is removed first, a failed one removed after."""
+    if installed_info(prefix, info.release_id) is not None:
+        return False
+    if target.exists():
+        shutil.rmtree(target)  # the remains of an interrupted install
+    releases_dir(prefix).mkdir(parents=True, exist_ok=True)
+    log(f"{verb} {info.release_id} into {target}")
+    try:
+        _build_venv(release_dir, info, target, python)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    return True
 
 
 def stage_release(
@@ -282,17 +291,7 @@ def stage_release(
         # What the switch would prune, pruned now (never current, previous, this one or a release in use), so
         # that the switch in the daemon's turn only moves links.
         _prune(prefix, log, keep=info.release_id)
-        fresh = installed_info(prefix, info.release_id) is None
-        if fresh:
-            if target.exists():
-                shutil.rmtree(target)  # the remains of an interrupted install
-            releases_dir(prefix).mkdir(parents=True, exist_ok=True)
-            log(f"staging {info.release_id} into {target}")
-            try:
-                _build_venv(release_dir, info, target, python)
-            except BaseException:
-                shutil.rmtree(target, ignore_errors=True)
-                raise
+        fresh = _build_if_missing(release_dir, info, prefix, target, python, log, "staging")
     check_commands(target, info)
     message = f"staged {info.release_id} in {target}" if fresh else f"release {info.release_id} is already staged"
     return InstallResult(info.release_id, fresh, link_target(prefix / "current"), message)
