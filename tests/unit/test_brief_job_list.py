@@ -30,6 +30,8 @@ CHANGES = {
     "suspend_time": 9.5,
     "suspended_secs": 2.5,
     "cancelled_by_uid": 1000,
+    "preempted_by": 41,
+    "preempt_time": 10.5,
     "steps": {
         "0": {"step_id": "0", "name": "sh", "state": "RUNNING", "nodes": ["n1"], "tasks": 2, "cpus_per_task": 1,
               "exit_code": 0, "signal": 0, "start_time": 6.5, "end_time": 0.0, "attempt": 2, "reason": ""},

@@ -222,6 +222,7 @@ message Partition {
   bool hidden = 10;               // left out of listings unless -a/--all
   int32 priority_tier = 11;
   int32 priority_job_factor = 12;
+  string preempt_mode = 13;       // off | cancel | requeue: what happens to a job here that qos_priority preempts
 }
 
 message ListPartitionsRequest {
@@ -316,6 +317,8 @@ message Job {
   double suspended_secs = 24;     // time spent suspended so far: not run time
   map<string, NodeAllocation> allocs = 25;  // per node: the CPU ids, memory and gres units it holds (scontrol -d)
   int32 cancelled_by_uid = 26;    // Slurm's requid: the authenticated uid of who cancelled it; -1 = nobody did
+  int64 preempted_by = 27;        // the job whose start preempted this one (cancel or requeue); 0 = none
+  double preempt_time = 28;       // when it was last preempted; 0 = never
 }
 
 // One job step (docs/controller.md "Steps"): the batch script is step "batch", each srun step "0", "1", ...
@@ -494,6 +497,198 @@ message SetWalLevelReply {
   bool changed = 2;
 }
 
+// ---------------------------------------------------------------- accounts, QOS, priority (issue 22)
+// The association store is replicated state (WAL level 5): sacctmgr changes it through the leader, the scheduler
+// reads it under the state lock and never waits on the database; the accounting database holds a copy.
+// Limits: a TRES map names cpu, mem (MB), node, gres/gpu (gres/NAME); a key absent = no limit. Counts: -1 = no limit.
+
+message Qos {
+  string name = 1;
+  string description = 2;
+  int64 priority = 3;                  // Priority: the QOS factor, and what qos_priority preemption compares
+  repeated string preempt = 4;         // QOS names a job of this QOS may preempt
+  string preempt_mode = 5;             // "" (unset: the victim's partitions decide), off, cancel, requeue
+  map<string, int64> grp_tres = 6;     // GrpTRES over every running job of the QOS
+  int32 grp_jobs = 7;                  // GrpJobs: running jobs of the QOS
+  int32 grp_submit_jobs = 8;           // GrpSubmitJobs: pending + running
+  int32 max_jobs_per_user = 9;         // MaxJobsPerUser: running
+  int32 max_submit_jobs_per_user = 10; // MaxSubmitJobsPerUser: pending + running
+  int64 max_wall_secs = 11;            // MaxWall per job; -1 = none
+  map<string, int64> max_tres_per_job = 12;
+  map<string, int64> max_tres_per_user = 13;
+  double usage_factor = 14;            // UsageFactor: scales the usage a job of this QOS charges (default 1)
+  repeated string flags = 15;          // DenyOnLimit, NoDecay, ... as sacctmgr takes them
+  int64 id = 16;
+}
+
+message Account {
+  string name = 1;
+  string description = 2;
+  string organization = 3;
+  string parent = 4;                   // "" only for root
+  repeated string coordinators = 5;
+}
+
+message User {
+  string name = 1;
+  string default_account = 2;
+  string admin_level = 3;              // None | Operator | Administrator (sacctmgr's AdminLevel)
+  string default_wckey = 4;
+}
+
+// One association: an account's own (user = "") or a user's in an account (optionally per partition).
+message Association {
+  int64 id = 1;
+  string cluster = 2;
+  string account = 3;
+  string user = 4;
+  string partition = 5;
+  string parent_account = 6;           // for an account's association: its parent; for a user's: the account
+  int32 shares = 7;                    // Fairshare (raw shares), default 1
+  map<string, int64> grp_tres = 8;
+  int32 grp_jobs = 9;
+  int32 grp_submit_jobs = 10;
+  int32 max_jobs = 11;                 // MaxJobs: running jobs per user of this association
+  int32 max_submit_jobs = 12;
+  int64 max_wall_secs = 13;            // MaxWall per job; -1 = none
+  map<string, int64> max_tres_per_job = 14;
+  repeated string qos = 15;            // the QOS it may use; empty = inherited from the parent
+  string default_qos = 16;             // "" = inherited
+  int64 priority = 17;                 // the association's priority factor (Slurm's Priority), 0 = none
+  double raw_usage = 18;               // decayed usage (TRES-billing seconds) as of the reply
+}
+
+message ListAssociationsRequest {
+  repeated string users = 1;           // empty: every user the caller may see ([auth] private_data "usage")
+  repeated string accounts = 2;
+}
+
+message ListAssociationsReply {
+  string cluster = 1;
+  repeated Qos qos = 2;
+  repeated Account accounts = 3;
+  repeated User users = 4;
+  repeated Association associations = 5;
+}
+
+// One sacctmgr command as its user typed it, parsed into Slurm's words (lower case keys); the leader resolves
+// it against the store, checks it, and writes the result as one record. Hostile: every key, value and count
+// is checked by the controller.
+message ModifyAssociationsRequest {
+  string verb = 1;                     // add | modify | delete
+  string entity = 2;                   // account | user | qos | cluster
+  repeated string names = 3;           // the objects named without a key (sacctmgr add account a,b)
+  map<string, string> where = 4;       // selection: name, account, user, partition, cluster, parent ...
+  map<string, string> set = 5;         // values: fairshare, grptres, maxjobs, qos (a "+"/"-" prefix adds/removes) ...
+  bool dry_run = 6;                    // say what would change, change nothing (sacctmgr's question before -i)
+}
+
+message ModifyAssociationsReply {
+  repeated string affected = 1;        // one line per object changed, as sacctmgr lists them
+  bool changed = 2;
+  string message = 3;                  // "Nothing modified", ...
+}
+
+message PriorityWeights {
+  int64 age = 1;
+  int64 fairshare = 2;
+  int64 job_size = 3;
+  int64 partition = 4;
+  int64 qos = 5;
+  int64 assoc = 6;
+}
+
+// sprio: one pending job's priority and its factors (each normalised 0..1; sprio prints factor * weight).
+message JobPriority {
+  int64 job_id = 1;
+  string user = 2;
+  string account = 3;
+  string partition = 4;
+  string qos = 5;
+  int64 priority = 6;                  // the job's priority as the scheduler orders by it
+  double age = 7;
+  double fairshare = 8;
+  double job_size = 9;
+  double partition_factor = 10;
+  double qos_factor = 11;
+  double assoc_factor = 12;
+  int64 nice = 13;
+}
+
+message ListPrioritiesRequest {
+  repeated int64 job_ids = 1;
+  repeated string users = 2;
+}
+
+message ListPrioritiesReply {
+  string priority_type = 1;            // basic | multifactor
+  PriorityWeights weights = 2;
+  repeated JobPriority jobs = 3;
+}
+
+// sshare: one association's shares and usage.
+message Share {
+  string account = 1;
+  string user = 2;
+  string partition = 3;
+  int32 raw_shares = 4;
+  double norm_shares = 5;
+  double raw_usage = 6;
+  double norm_usage = 7;
+  double effective_usage = 8;
+  double fairshare = 9;                // the fair-share factor 0..1
+  int32 depth = 10;                    // 0 = root; sshare indents by it
+  string parent = 11;
+  map<string, int64> grp_tres_mins = 12;
+  map<string, double> tres_usage_raw = 13;
+}
+
+message ListSharesRequest {
+  repeated string users = 1;
+  repeated string accounts = 2;
+  bool all_users = 3;                  // sshare -a
+}
+
+message ListSharesReply {
+  repeated Share shares = 1;
+}
+
+// ---------------------------------------------------------------- controller membership (issue 23)
+
+message RaftMember {
+  string raft_addr = 1;
+  string grpc_addr = 2;
+  string role = 3;                     // leader | follower | candidate | learner | unreachable
+  bool voter = 4;                      // false while a joining member catches up
+  int64 match_index = 5;               // the leader's view of its log; 0 when unknown
+  int64 applied_index = 6;
+  int64 lag = 7;                       // the leader's commit index minus match_index
+  string version = 8;
+  string build = 9;
+}
+
+message RaftStatusRequest {}
+
+message RaftStatusReply {
+  repeated RaftMember members = 1;     // the committed membership, a joining member included
+  int64 term = 2;
+  int64 commit_index = 3;
+  string leader = 4;                   // the leader's raft address
+  string change_in_flight = 5;         // "" or what is being changed ("add 127.0.0.4:7001")
+}
+
+message ChangeMembershipRequest {
+  string action = 1;                   // add | remove
+  string raft_addr = 2;
+  string grpc_addr = 3;                // add: where the new member serves gRPC
+  double catch_up_timeout_secs = 4;    // add: not promoted unless caught up by then; 0 = the default
+}
+
+message ChangeMembershipReply {
+  repeated RaftMember members = 1;
+  string message = 2;
+}
+
 service SlurmController {
   rpc Ping(PingRequest) returns (PingReply);
   rpc GetClusterInfo(ClusterInfoRequest) returns (ClusterInfo);
@@ -522,6 +717,12 @@ service SlurmController {
   rpc ListPartitions(ListPartitionsRequest) returns (ListPartitionsReply);
   rpc SuspendJob(SuspendJobRequest) returns (Job);                    // needs WAL level 4; operators and admins
   rpc HoldDispatch(HoldDispatchRequest) returns (Node);               // needs WAL level 4; agents and admins
+  rpc ListAssociations(ListAssociationsRequest) returns (ListAssociationsReply);        // sacctmgr show
+  rpc ModifyAssociations(ModifyAssociationsRequest) returns (ModifyAssociationsReply);  // needs WAL level 5; admins
+  rpc ListPriorities(ListPrioritiesRequest) returns (ListPrioritiesReply);              // sprio
+  rpc ListShares(ListSharesRequest) returns (ListSharesReply);                          // sshare
+  rpc RaftStatus(RaftStatusRequest) returns (RaftStatusReply);                          // spur admin raft status
+  rpc ChangeMembership(ChangeMembershipRequest) returns (ChangeMembershipReply);        // admins; one at a time
 }
 
 // ---------------------------------------------------------------- agent

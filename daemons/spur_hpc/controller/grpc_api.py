@@ -86,6 +86,8 @@ JOB_RECORD_FIELDS = {
     "suspend_time": 0.0,
     "suspended_secs": 0.0,
     "cancelled_by_uid": -1,
+    "preempted_by": 0,
+    "preempt_time": 0.0,
 }
 
 

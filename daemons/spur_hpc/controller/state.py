@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spur_hpc.controller import placement, wal
+from spur_hpc.controller import associations, placement, wal
 from spur_hpc.controller.steps import StepOps
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
@@ -44,8 +44,9 @@ from spur_hpc.model import (
 
 # The snapshot format this code reads. A snapshot is written as format 1 while the cluster runs WAL level 1
 # or 2 (a release before arrays reads it), and as format 2 from WAL level 3 on: its job records carry arrays,
-# dependencies and requeues that an older release would misread, so it refuses the snapshot instead.
-STATE_FORMAT = 2
+# dependencies and requeues that an older release would misread, so it refuses the snapshot instead. From WAL
+# level 5 on it is format 3: it holds the association store, which a release before it would drop.
+STATE_FORMAT = 3
 # A requeued job waits this long before it may start again (reason BeginTime), so the supervisor of its
 # previous run is stopped first: two runs of one job never write the same output at once.
 REQUEUE_DELAY_SECS = 5.0
@@ -90,6 +91,8 @@ class ClusterState(StepOps):
         # Derived too: array job id -> the ids of its tasks' own records (the array's own record not included).
         self.array_tasks: dict[int, set[int]] = {}
         self.idempotency: dict[str, int] = {}
+        # The association store (controller/associations.py): None until the cluster runs WAL level 5.
+        self.assoc: dict[str, Any] | None = None
         self.stalled: dict[str, Any] | None = None
         self.applied = 0  # records applied (for determinism checks and metrics)
 
@@ -99,7 +102,7 @@ class ClusterState(StepOps):
         data = dict(self.__dict__)
         data.pop("jobs_by_user")
         data.pop("array_tasks")
-        data["format"] = 2 if self.wal_level >= 3 else 1
+        data["format"] = 3 if self.wal_level >= 5 else 2 if self.wal_level >= 3 else 1
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -160,7 +163,16 @@ class ClusterState(StepOps):
     def fingerprint(self) -> Any:
         """Everything that must be equal on every member after the same records."""
         return copy.deepcopy(
-            (self.cluster_id, self.members, self.wal_level, self.next_job_id, self.nodes, self.jobs, self.idempotency)
+            (
+                self.cluster_id,
+                self.members,
+                self.wal_level,
+                self.next_job_id,
+                self.nodes,
+                self.jobs,
+                self.idempotency,
+                self.assoc,
+            )
         )
 
     # -------------------------------------------------------------- apply
@@ -190,7 +202,13 @@ class ClusterState(StepOps):
         self.cluster_id = r["cluster_id"]
         self.members = sorted(r["members"])
         self.wal_level = min(int(r["wal_level"]), wal.MAX_WAL_LEVEL)
+        self._open_assoc_store()
         return ok(cluster_id=self.cluster_id)
+
+    def _open_assoc_store(self) -> None:
+        """From WAL level 5 on the cluster keeps associations; it starts as a new slurmdbd cluster does."""
+        if self.wal_level >= 5 and self.assoc is None:
+            self.assoc = associations.default_store(self.cluster_name)
 
     def _op_member_announce(self, r: dict[str, Any]) -> dict[str, Any]:
         info = {k: r[k] for k in ("grpc_addr", "version", "build", "max_level")}
@@ -211,7 +229,18 @@ class ClusterState(StepOps):
             return err("conflict", f"members {', '.join(behind)} cannot read WAL level {level} yet; upgrade them first")
         changed = level != self.wal_level
         self.wal_level = level
+        self._open_assoc_store()
         return ok(level=level, changed=changed)
+
+    # -------------------------------------------------------------- accounts, users, QOS (WAL level 5)
+
+    def _op_assoc_apply(self, r: dict[str, Any]) -> dict[str, Any]:
+        if self.assoc is None:
+            return err("invalid", "the cluster keeps no associations before WAL level 5")
+        problem = associations.apply_change(self.assoc, list(r.get("puts") or []), list(r.get("deletes") or []))
+        if problem:
+            return err("invalid", problem)
+        return ok(changed=bool(r.get("puts") or r.get("deletes")))
 
     # -------------------------------------------------------------- nodes
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # The highest WAL level this code can read. Raise it together with the first op of a new level.
-MAX_WAL_LEVEL = 4
+MAX_WAL_LEVEL = 5
 
 # op name -> the level that introduced it. Never renumber: a level is a promise to older members.
 OP_LEVELS: dict[str, int] = {
@@ -51,6 +51,12 @@ OP_LEVELS: dict[str, int] = {
     # limit as if it had run all along)
     "job_suspend": 4,
     "job_resume": 4,
+    # level 5: accounts, users, associations and QOS (controller/associations.py; a level-4 member keeps no
+    # store, and would neither enforce limits nor charge usage), multifactor priorities the leader recalculates,
+    # and preemption (a level-4 member would see a preempted job end or requeue for no reason it knows)
+    "assoc_apply": 5,
+    "job_priorities": 5,
+    "job_preempt": 5,
 }
 
 

@@ -169,6 +169,36 @@ class SlurmControllerStub:
                 request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.SerializeToString,
                 response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.Node.FromString,
                 _registered_method=True)
+        self.ListAssociations = channel.unary_unary(
+                '/spur.v1.SlurmController/ListAssociations',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsReply.FromString,
+                _registered_method=True)
+        self.ModifyAssociations = channel.unary_unary(
+                '/spur.v1.SlurmController/ModifyAssociations',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsReply.FromString,
+                _registered_method=True)
+        self.ListPriorities = channel.unary_unary(
+                '/spur.v1.SlurmController/ListPriorities',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesReply.FromString,
+                _registered_method=True)
+        self.ListShares = channel.unary_unary(
+                '/spur.v1.SlurmController/ListShares',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListSharesRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListSharesReply.FromString,
+                _registered_method=True)
+        self.RaftStatus = channel.unary_unary(
+                '/spur.v1.SlurmController/RaftStatus',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusReply.FromString,
+                _registered_method=True)
+        self.ChangeMembership = channel.unary_unary(
+                '/spur.v1.SlurmController/ChangeMembership',
+                request_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipRequest.SerializeToString,
+                response_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipReply.FromString,
+                _registered_method=True)
 
 
 class SlurmControllerServicer:
@@ -345,6 +375,48 @@ class SlurmControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAssociations(self, request, context):
+        """sacctmgr show
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModifyAssociations(self, request, context):
+        """needs WAL level 5; admins
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPriorities(self, request, context):
+        """sprio
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListShares(self, request, context):
+        """sshare
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RaftStatus(self, request, context):
+        """spur admin raft status
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeMembership(self, request, context):
+        """admins; one at a time
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SlurmControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -482,6 +554,36 @@ def add_SlurmControllerServicer_to_server(servicer, server):
                     servicer.HoldDispatch,
                     request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.FromString,
                     response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.Node.SerializeToString,
+            ),
+            'ListAssociations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAssociations,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsReply.SerializeToString,
+            ),
+            'ModifyAssociations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModifyAssociations,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsReply.SerializeToString,
+            ),
+            'ListPriorities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPriorities,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesReply.SerializeToString,
+            ),
+            'ListShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShares,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ListSharesRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ListSharesReply.SerializeToString,
+            ),
+            'RaftStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaftStatus,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusReply.SerializeToString,
+            ),
+            'ChangeMembership': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeMembership,
+                    request_deserializer=spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipRequest.FromString,
+                    response_serializer=spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1213,6 +1315,168 @@ class SlurmController:
             '/spur.v1.SlurmController/HoldDispatch',
             spur__hpc_dot_proto_dot_slurm__pb2.HoldDispatchRequest.SerializeToString,
             spur__hpc_dot_proto_dot_slurm__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAssociations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ListAssociations',
+            spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ListAssociationsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModifyAssociations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ModifyAssociations',
+            spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ModifyAssociationsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPriorities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ListPriorities',
+            spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ListPrioritiesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ListShares',
+            spur__hpc_dot_proto_dot_slurm__pb2.ListSharesRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ListSharesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RaftStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/RaftStatus',
+            spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.RaftStatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeMembership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spur.v1.SlurmController/ChangeMembership',
+            spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipRequest.SerializeToString,
+            spur__hpc_dot_proto_dot_slurm__pb2.ChangeMembershipReply.FromString,
             options,
             channel_credentials,
             insecure,
