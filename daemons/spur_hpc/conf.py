@@ -98,6 +98,8 @@ def _number(value: float) -> str:
 
 
 _NAME = r"[A-Za-z0-9_-]{1,63}"
+# [accounting] enforce's words (Slurm's AccountingStorageEnforce, those Spur implements)
+ENFORCE_WORDS = ("associations", "limits", "qos", "safe")
 _NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 _GRES_NAME = r"[A-Za-z0-9_.-]{1,64}"
@@ -486,6 +488,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "in logs or in process arguments.",
             path=True,
             shown_default="empty",
+        ),
+        "enforce": Key(
+            list,
+            [],
+            "Slurm's AccountingStorageEnforce: what a job is checked against in the association store (`sacctmgr`). "
+            "`associations`: a job's user, account and partition must have an association (else sbatch is refused "
+            "with Slurm's `Invalid account or account/partition combination specified`); `limits`: the "
+            "associations' and QOS' limits hold jobs back or refuse them (implies `associations`); `qos`: a job may "
+            "only use a QOS its association lists (`Invalid qos specification`; implies `associations`); `safe`: "
+            "a job starts only when it can finish within its Grp limits (implies `limits`). Empty: every job runs, "
+            "with its user's default account and QOS filled in. The store exists from WAL level 5 on, with or "
+            "without a database.",
+            choices=ENFORCE_WORDS,
+            shown_default="empty (nothing enforced)",
         ),
     },
     "auth": {
