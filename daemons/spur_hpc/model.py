@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------ job states (slurm.proto's JobState)
 
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE = (
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE, PREEMPTED = (
     "PENDING",
     "RUNNING",
     "COMPLETED",
@@ -27,14 +27,16 @@ PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMOR
     "NODE_FAIL",
     "OUT_OF_MEMORY",
     "DEADLINE",
+    "PREEMPTED",
 )
-JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE)
+JOB_STATES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE, PREEMPTED)
 # Shown, never stored: a RUNNING job that scontrol suspend stopped (the record keeps RUNNING and `suspended`).
 SUSPENDED = "SUSPENDED"
 # A finished job never changes state again (the agent's end reports are these too).
-FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE})
-# The end states a supervisor or an agent may report (DEADLINE is the controller's own: a job still pending).
-REPORTED_END_STATES = FINISHED_STATES - {DEADLINE}
+FINISHED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE, PREEMPTED})
+# The end states a supervisor or an agent may report (DEADLINE is the controller's own: a job still pending;
+# PREEMPTED too: a cancel the leader's preemption asked for, reported CANCELLED).
+REPORTED_END_STATES = FINISHED_STATES - {DEADLINE, PREEMPTED}
 # Slurm's short state codes (squeue %t, squeue -t and sacct -s accept them).
 JOB_STATE_CODES = {
     PENDING: "PD",
@@ -46,10 +48,11 @@ JOB_STATE_CODES = {
     NODE_FAIL: "NF",
     OUT_OF_MEMORY: "OOM",
     DEADLINE: "DL",
+    PREEMPTED: "PR",
 }
 # The batch step (N.batch) ends as its job did, except that Slurm kills the batch shell of a job that ran out
-# of time, lost a node or passed its deadline, so that step shows CANCELLED.
-_BATCH_STEP_ENDS = {TIMEOUT: CANCELLED, NODE_FAIL: CANCELLED, DEADLINE: CANCELLED}
+# of time, lost a node, passed its deadline or was preempted, so that step shows CANCELLED.
+_BATCH_STEP_ENDS = {TIMEOUT: CANCELLED, NODE_FAIL: CANCELLED, DEADLINE: CANCELLED, PREEMPTED: CANCELLED}
 
 
 def batch_step_state(job_state: str) -> str:

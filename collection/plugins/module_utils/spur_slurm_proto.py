@@ -204,6 +204,7 @@ enum JobState {
   DEADLINE = 9;       // still pending, or running, at its --deadline
   SUSPENDED = 10;     // scontrol suspend: its processes stopped (SIGSTOP), its resources still held
   REQUEUED = 11;      // accounting only (JobHistory): an earlier run of a job that was requeued after it
+  PREEMPTED = 12;     // qos_priority preemption in cancel mode ended it (Slurm's JOB_PREEMPTED)
 }
 
 // ---------------------------------------------------------------- partitions

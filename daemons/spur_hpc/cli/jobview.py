@@ -28,6 +28,7 @@ STATE_CODES = {
     "NODE_FAIL": "NF",
     "OUT_OF_MEMORY": "OOM",
     "DEADLINE": "DL",
+    "PREEMPTED": "PR",
     "SUSPENDED": "S",
     "JOB_STATE_UNKNOWN": "UN",
 }
