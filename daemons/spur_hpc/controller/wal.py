@@ -57,6 +57,9 @@ OP_LEVELS: dict[str, int] = {
     "assoc_apply": 5,
     "job_priorities": 5,
     "job_preempt": 5,
+    # level 5: controllers added and removed online (controller/membership.py): learn, promote, remove; a level-4
+    # member would keep replicating to a removed controller and never to an added one
+    "member_change": 5,
 }
 
 
