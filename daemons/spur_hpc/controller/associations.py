@@ -33,6 +33,16 @@ MAX_ACCOUNTS = 10_000
 MAX_USERS = 100_000
 MAX_ASSOCIATIONS = 200_000
 MAX_QOS = 1_000
+# Slurm's error texts (slurm_errno.c) that sbatch prints after "Batch job submission failed: ".
+SLURM_INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
+SLURM_INVALID_QOS = "Invalid qos specification"
+# What each [accounting] enforce word turns on (Slurm: limits and qos imply associations, safe implies limits).
+ENFORCE_IMPLIES = {
+    "associations": ("associations",),
+    "limits": ("limits", "associations"),
+    "qos": ("qos", "associations"),
+    "safe": ("safe", "limits", "associations"),
+}
 
 
 def assoc_key(account: str, user: str = "", partition: str = "") -> str:
@@ -206,6 +216,55 @@ def at_least(level: str, wanted: str) -> bool:
     return ADMIN_LEVELS.index(level if level in ADMIN_LEVELS else "None") >= ADMIN_LEVELS.index(wanted)
 
 
+# ------------------------------------------------------------------ a job's account and QOS at submit
+
+
+class Refusal(Exception):
+    """A job the store refuses: the message names what is wrong, slurm_error is Slurm's text for sbatch."""
+
+    def __init__(self, message: str, slurm_error: str) -> None:
+        super().__init__(message)
+        self.slurm_error = slurm_error
+
+
+def enforced(words: Any) -> frozenset[str]:
+    """[accounting] enforce's words with what they imply."""
+    return frozenset(implied for word in words or () for implied in ENFORCE_IMPLIES.get(word, (word,)))
+
+
+def resolve_job(
+    store: dict[str, Any], user: str, account: str, partition: str, qos: str, enforce: frozenset[str]
+) -> tuple[str, str]:
+    """(account, qos) a job submitted by `user` runs under, as slurmctld fills them in: no -A is the user's
+    default account, no --qos the association's default QOS (whether or not anything is enforced). With
+    "associations" enforced a user without an association there (in the partition, or account-wide) is refused;
+    with "qos" a QOS the association may not use. A QOS that does not exist is refused in every case (Slurm
+    lets it through unenforced, and nothing could then say what it allows)."""
+    if qos and qos not in store["qos"]:
+        raise Refusal(f"QOS {qos} does not exist (sacctmgr show qos lists them)", SLURM_INVALID_QOS)
+    row = store["users"].get(user)
+    account = account or (row["default_account"] if row else "")
+    key = user_assoc_key(store, user, account, partition) if account else None
+    if key is None:
+        if "associations" in enforce:
+            where = f"account {account}" if account else "any account"
+            raise Refusal(
+                f"user {user} has no association with {where} in partition {partition} and the cluster enforces "
+                f"associations; ask an administrator to add one (sacctmgr add user {user} account=ACCOUNT) or "
+                f"name one of your accounts with -A",
+                SLURM_INVALID_ACCOUNT,
+            )
+        return account, qos
+    qos = qos or default_qos(store, key)
+    if "qos" in enforce and qos not in allowed_qos(store, key):
+        raise Refusal(
+            f"QOS {qos} is not one the association of user {user} in account {account} may use "
+            f"({','.join(allowed_qos(store, key))}); name one of those with --qos",
+            SLURM_INVALID_QOS,
+        )
+    return account, qos
+
+
 # ------------------------------------------------------------------ changing it (the state machine's side)
 
 
@@ -257,8 +316,9 @@ def check_tables(t: dict[str, dict[str, Any]]) -> str | None:
         for name in list(row.get("qos") or []) + ([row["default_qos"]] if row.get("default_qos") else []):
             if name not in t["qos"]:
                 return f"association {key}: QOS {name} does not exist"
+    pairs = {split_key(key)[:2] for key in t["assocs"]}  # (account, user): a user's default needs one of them
     for name, row in t["users"].items():
-        if assoc_key(row["default_account"], name) not in t["assocs"]:
+        if (row["default_account"], name) not in pairs:
             return f"user {name}: default account {row['default_account']} is not one of the user's associations"
     for name, row in t["qos"].items():
         for other in row.get("preempt") or []:

@@ -15,7 +15,7 @@ from typing import Any
 
 from spur_hpc import joblimits, model
 from spur_hpc.conf import Config
-from spur_hpc.controller import eligibility, errors, partitions, placement, scheduler, wal
+from spur_hpc.controller import associations, eligibility, errors, partitions, placement, scheduler, wal
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.controller.suspension import shown_state
@@ -71,6 +71,8 @@ class ControllerService:
         # Slurm's JobRequeue, resolved into each job at submit (a stand-in config of a test may lack the key)
         self.requeue_default = getattr(conf.controller, "job_requeue", True)
         self.set_partitions(conf)
+        # [accounting] enforce with what each word implies (Slurm's AccountingStorageEnforce)
+        self.enforce = associations.enforced(getattr(getattr(conf, "accounting", None), "enforce", ()))
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
         # Whether a node's agent still heartbeats (the leader's liveness); unset: every registered node is live.
         self.node_alive: Callable[[str], bool] | None = None
@@ -309,6 +311,8 @@ class ControllerService:
             if not k or "=" in k or "\x00" in k or "\x00" in v:
                 raise errors.InvalidArgument(f"environment variable {k!r} is not valid")
         self._resolve_partition(spec, submitting)
+        if submitting:
+            self._resolve_association(spec)
         if not spec.get("cluster_name"):  # SLURM_CLUSTER_NAME in the job's environment
             spec["cluster_name"] = self.read(lambda s: s.cluster_name)
         self._check_fit(spec)
@@ -362,6 +366,26 @@ class ControllerService:
                 f"(enforce_part_limits = {self.enforce_part_limits}); ask for less with -t",
                 partitions.SLURM_TIME_LIMIT,
             )
+
+    def _resolve_association(self, spec: dict[str, Any]) -> None:
+        """The job's account and QOS from the association store (WAL level 5 on), as slurmctld fills them in:
+        the user's default account, the association's default QOS; [accounting] enforce refuses what it must
+        (associations.resolve_job). Before level 5 a job keeps what it named."""
+        self._check_text("qos", spec.get("qos", ""), 64, one_line=True)
+
+        def resolve(s: ClusterState) -> tuple[str, str] | None:
+            if s.assoc is None:
+                return None
+            return associations.resolve_job(
+                s.assoc, spec["user"], spec.get("account", ""), spec["partition"], spec.get("qos", ""), self.enforce
+            )
+
+        try:
+            resolved = self.read(resolve)
+        except associations.Refusal as exc:
+            raise errors.SlurmRefusal(str(exc), exc.slurm_error) from None
+        if resolved is not None:
+            spec["account"], spec["qos"] = resolved
 
     def list_partitions(self, names: list[str] | None = None) -> list[partitions.Partition]:
         """ListPartitions: every partition (or those named, in the order they are configured)."""
@@ -508,7 +532,7 @@ class ControllerService:
 
         job = self.read(one)
         if job is None:
-            raise errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
+            raise missing_job(job_id)
         return job
 
     def list_jobs(
@@ -520,8 +544,10 @@ class ControllerService:
         names=(),
         include_finished=False,
         view: Callable[[dict[str, Any]], Any] | None = None,
+        visible: Callable[[dict[str, Any]], bool] | None = None,
     ):
-        """The selected jobs, each as view(job), which runs under the state lock (by default a copy)."""
+        """The selected jobs, each as view(job), which runs under the state lock (by default a copy); `visible`
+        (a test of a job's spec: [auth] private_data) leaves out the jobs the caller may not see."""
         view = view or copy_job
         ids, users, states = set(job_ids), set(users), set(states)
         partitions, names = set(partitions), set(names)
@@ -548,8 +574,11 @@ class ControllerService:
                     continue
                 if names and j["spec"].get("name") not in names:
                     continue
+                if visible is not None and not visible(j["spec"]):
+                    continue
                 chosen.append(j)
-            shown = self.shown_in_plan_order(s, chosen, now, memo, whole_queue=not (ids or users or names))
+            whole_queue = not (ids or users or names or visible)
+            shown = self.shown_in_plan_order(s, chosen, now, memo, whole_queue=whole_queue)
             return [view(shown.get(j["job_id"], j)) for j in chosen]
 
         return self.read(collect)
@@ -747,6 +776,12 @@ def _check_job_id(job_id: int) -> None:
 
 def _count_out_of_range(key: str, value: int) -> str:
     return f"{key}={value} is out of range; use a number from 1 to 1000000"
+
+
+def missing_job(job_id: int) -> errors.NotFound:
+    """The answer for a job id the controllers do not hold, and for one the caller may not see ([auth] private_data
+    "jobs"): Slurm answers both alike (Invalid job id specified)."""
+    return errors.NotFound(f"job {job_id} does not exist (or finished long ago)")
 
 
 def copy_job(job: dict[str, Any] | None) -> dict[str, Any] | None:
