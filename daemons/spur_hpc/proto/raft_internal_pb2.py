@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"spur_hpc/proto/raft_internal.proto\x12\x0cspur.raft.v1\"C\n\x13\x43lusterProbeRequest\x12\x16\n\x0e\x66rom_raft_addr\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"\xca\x01\n\x11\x43lusterProbeReply\x12\x13\n\x0bhas_cluster\x18\x01 \x01(\x08\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\x11\n\traft_addr\x18\x05 \x01(\t\x12\x0e\n\x06leader\x18\x06 \x01(\t\x12\x0c\n\x04term\x18\x07 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\r\n\x05\x62uild\x18\n \x01(\t2b\n\x0cRaftInternal\x12R\n\x0c\x43lusterProbe\x12!.spur.raft.v1.ClusterProbeRequest\x1a\x1f.spur.raft.v1.ClusterProbeReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"spur_hpc/proto/raft_internal.proto\x12\x0cspur.raft.v1\"C\n\x13\x43lusterProbeRequest\x12\x16\n\x0e\x66rom_raft_addr\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"\xdc\x01\n\x11\x43lusterProbeReply\x12\x13\n\x0bhas_cluster\x18\x01 \x01(\x08\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\x11\n\traft_addr\x18\x05 \x01(\t\x12\x0e\n\x06leader\x18\x06 \x01(\t\x12\x0c\n\x04term\x18\x07 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\r\n\x05\x62uild\x18\n \x01(\t\x12\x10\n\x08learners\x18\x0b \x03(\t2b\n\x0cRaftInternal\x12R\n\x0c\x43lusterProbe\x12!.spur.raft.v1.ClusterProbeRequest\x1a\x1f.spur.raft.v1.ClusterProbeReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +34,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLUSTERPROBEREQUEST']._serialized_start=52
   _globals['_CLUSTERPROBEREQUEST']._serialized_end=119
   _globals['_CLUSTERPROBEREPLY']._serialized_start=122
-  _globals['_CLUSTERPROBEREPLY']._serialized_end=324
-  _globals['_RAFTINTERNAL']._serialized_start=326
-  _globals['_RAFTINTERNAL']._serialized_end=424
+  _globals['_CLUSTERPROBEREPLY']._serialized_end=342
+  _globals['_RAFTINTERNAL']._serialized_start=344
+  _globals['_RAFTINTERNAL']._serialized_end=442
 # @@protoc_insertion_point(module_scope)
