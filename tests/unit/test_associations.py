@@ -1,0 +1,276 @@
+"""The association store's planner (controller/assocplan.py) and the submit-time resolution, against sacctmgr's and
+slurmctld's semantics: add / modify / delete of accounts, users and QOS, their refusals, defaults at submit."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from spur_hpc.controller import associations as A
+from spur_hpc.controller import assocplan as P
+
+
+def change(store, verb, entity, names=(), where=None, set_=None):
+    """Plan and apply one sacctmgr command, as the leader and the state machine do."""
+    puts, deletes, affected = P.plan_change(store, verb, entity, list(names), where or {}, set_ or {}, "spur")
+    assert A.apply_change(store, puts, deletes) is None
+    return affected
+
+
+@pytest.fixture
+def store():
+    s = A.default_store("spur")
+    change(s, "add", "account", ["phys", "chem"], set_={"description": "Physics"})
+    change(s, "add", "qos", ["high", "low"], set_={"priority": "100"})
+    change(s, "add", "user", ["bob"], set_={"account": "phys,chem"})
+    return s
+
+
+def test_add_account_defaults_and_settings(store):
+    phys = store["accounts"]["phys"]
+    assert (phys["parent"], phys["description"], phys["organization"]) == ("root", "Physics", "phys")
+    affected = change(
+        store,
+        "add",
+        "account",
+        ["lab"],
+        set_={"parent": "phys", "fairshare": "10", "grptres": "cpu=4,mem=8G,gres/gpu=2"},
+    )
+    assert affected == ["lab"]
+    assoc = store["assocs"][A.assoc_key("lab")]
+    assert store["accounts"]["lab"]["organization"] == "phys"  # sacctmgr: the parent's name below root
+    assert (assoc["parent_account"], assoc["shares"], assoc["grp_tres"]) == (
+        "phys",
+        10,
+        {"cpu": 4, "mem": 8192, "gres/gpu": 2},
+    )
+    assert change(store, "add", "account", ["lab"]) == []  # nothing new added
+
+
+def test_add_user_first_account_is_default_and_lines(store):
+    assert store["users"]["bob"]["default_account"] == "phys"
+    affected = change(store, "add", "user", ["ann"], set_={"account": "chem", "partition": "debug"})
+    assert affected == ["C = spur       A = chem                 U = ann       P = debug"]
+    assert store["users"]["ann"]["default_account"] == "chem"
+    assert change(store, "add", "user", ["ann"], set_={"account": "chem", "partition": "debug"}) == []
+
+
+def test_add_user_defaultaccount_without_account_and_refusals(store):
+    change(store, "add", "user", ["cy"], set_={"defaultaccount": "chem", "adminlevel": "Operator"})
+    assert store["users"]["cy"] == {**store["users"]["cy"], "default_account": "chem", "admin_level": "Operator"}
+    with pytest.raises(P.PlanError, match="needs a default account"):
+        change(store, "add", "user", ["dee"])
+    with pytest.raises(P.PlanError, match="account nope does not exist"):
+        change(store, "add", "user", ["dee"], set_={"account": "nope"})
+    with pytest.raises(P.PlanError, match="not an admin level"):
+        change(store, "add", "user", ["dee"], set_={"account": "chem", "adminlevel": "god"})
+
+
+def test_modify_user_qos_lists_and_default_qos(store):
+    change(store, "modify", "user", ["bob"], set_={"qos": "normal,high", "defaultqos": "high"})
+    key = A.assoc_key("phys", "bob")
+    assert store["assocs"][key]["qos"] == ["normal", "high"]
+    assert A.default_qos(store, key) == "high"
+    change(store, "modify", "user", where={"name": "bob", "account": "phys"}, set_={"qos+": "low"})
+    assert store["assocs"][key]["qos"] == ["normal", "high", "low"]
+    change(store, "modify", "user", where={"name": "bob", "account": "phys"}, set_={"qos": "-low"})
+    assert store["assocs"][key]["qos"] == ["normal", "high"]
+    with pytest.raises(P.PlanError, match="defaultqos=low is not one of the QOS"):
+        change(store, "modify", "user", ["bob"], set_={"defaultqos": "low"})
+    with pytest.raises(P.PlanError, match="qos ghost does not exist"):
+        change(store, "modify", "user", ["bob"], set_={"qos+": "ghost"})
+
+
+def test_modify_user_limits_only_where_selected(store):
+    affected = change(
+        store,
+        "modify",
+        "user",
+        where={"name": "bob", "account": "chem"},
+        set_={"maxjobs": "5", "maxwall": "1-00:00:00"},
+    )
+    assert affected == ["C = spur       A = chem                 U = bob      "]
+    chem, phys = store["assocs"][A.assoc_key("chem", "bob")], store["assocs"][A.assoc_key("phys", "bob")]
+    assert (chem["max_jobs"], chem["max_wall_secs"], phys["max_jobs"]) == (5, 86400, -1)
+    change(store, "modify", "user", where={"name": "bob", "account": "chem"}, set_={"maxjobs": "-1", "maxwall": "90"})
+    assert (chem := store["assocs"][A.assoc_key("chem", "bob")])["max_jobs"] == -1 and chem["max_wall_secs"] == 5400
+    assert change(store, "modify", "user", ["bob"], set_={"maxjobs": "-1"}) == []  # nothing modified
+
+
+def test_modify_user_default_account_and_admin_level(store):
+    assert change(store, "modify", "user", ["bob"], set_={"defaultaccount": "chem", "adminlevel": "admin"}) == ["bob"]
+    assert store["users"]["bob"]["default_account"] == "chem"
+    assert A.admin_level(store, "bob") == "Administrator"
+    with pytest.raises(P.PlanError, match="no association with account root"):
+        change(store, "modify", "user", ["bob"], set_={"defaultaccount": "root"})
+
+
+def test_tres_values_as_slurm_writes_them(store):
+    tres = P.parse_tres("grptres", "cpu=4,mem=8G,node=2,gres/gpu=2", {})
+    assert tres == {"cpu": 4, "mem": 8192, "node": 2, "gres/gpu": 2}
+    assert P.parse_tres("grptres", "mem=-1", tres) == {"cpu": 4, "node": 2, "gres/gpu": 2}
+    assert P.parse_tres("grptres", "-1", tres) == {}
+    assert P.parse_tres("grptres", "mem=512K", {}) == {"mem": 1}
+    for bad in ("cpu", "disk=4", "cpu=x", "cpu=-5", "gres/=1"):
+        with pytest.raises(P.PlanError):
+            P.parse_tres("grptres", bad, {})
+
+
+def test_qos_settings(store):
+    affected = change(
+        store,
+        "modify",
+        "qos",
+        ["high"],
+        set_={
+            "preempt": "low",
+            "preemptmode": "requeue",
+            "grpjobs": "10",
+            "maxjobsperuser": "2",
+            "maxtresperuser": "cpu=8",
+            "usagefactor": "0.5",
+            "flags": "DenyOnLimit,nodecay",
+            "maxwall": "2:00:00",
+        },
+    )
+    assert affected == ["high"]
+    high = store["qos"]["high"]
+    assert (high["preempt"], high["preempt_mode"], high["grp_jobs"], high["max_jobs_per_user"]) == (
+        ["low"],
+        "requeue",
+        10,
+        2,
+    )
+    assert (high["max_tres_per_user"], high["usage_factor"], high["flags"]) == (
+        {"cpu": 8},
+        0.5,
+        ["DenyOnLimit", "NoDecay"],
+    )
+    assert high["max_wall_secs"] == 7200
+    change(store, "modify", "qos", ["high"], set_={"flags-": "nodecay", "preemptmode": "-1"})
+    assert (store["qos"]["high"]["flags"], store["qos"]["high"]["preempt_mode"]) == (["DenyOnLimit"], "")
+    for key, value in (("preemptmode", "suspend"), ("usagefactor", "nan"), ("flags", "Bogus"), ("grpjobs", "-2")):
+        with pytest.raises(P.PlanError, match=key):
+            change(store, "modify", "qos", ["high"], set_={key: value})
+
+
+def test_delete_qos_forgets_references(store):
+    change(store, "modify", "user", ["bob"], set_={"qos": "normal,low", "defaultqos": "low"})
+    change(store, "modify", "qos", ["high"], set_={"preempt": "low"})
+    assert change(store, "delete", "qos", ["low"]) == ["low"]
+    assert store["assocs"][A.assoc_key("phys", "bob")]["qos"] == ["normal"]
+    assert store["assocs"][A.assoc_key("phys", "bob")]["default_qos"] == ""
+    assert store["qos"]["high"]["preempt"] == []
+    with pytest.raises(P.PlanError, match="QOS normal cannot be deleted"):
+        change(store, "delete", "qos", ["normal"])
+
+
+def test_delete_account_refusals_then_delete(store):
+    change(store, "add", "account", ["lab"], set_={"parent": "chem"})
+    with pytest.raises(P.PlanError, match="has child accounts"):
+        change(store, "delete", "account", ["chem"])
+    with pytest.raises(P.PlanError, match="still has users"):
+        change(store, "delete", "account", ["phys"])
+    with pytest.raises(P.PlanError, match="root cannot be deleted"):
+        change(store, "delete", "account", ["root"])
+    assert {"lab", "chem", "phys"} <= set(store["accounts"])  # every refusal changed nothing
+
+
+def test_delete_account_with_its_children_at_once(store):
+    change(store, "add", "account", ["lab"], set_={"parent": "chem"})
+    change(store, "delete", "user", ["bob"], where={"account": "chem"})
+    assert change(store, "delete", "account", ["chem", "lab"]) == ["chem", "lab"]
+    assert not {"chem", "lab"} & set(store["accounts"])
+    assert A.assoc_key("chem") not in store["assocs"]
+
+
+def test_delete_user_last_association_deletes_user(store):
+    with pytest.raises(P.PlanError, match="default account and the user keeps other associations"):
+        change(store, "delete", "user", ["bob"], where={"account": "phys"})
+    assert change(store, "delete", "user", ["bob"], where={"account": "chem"}) == [
+        "C = spur       A = chem                 U = bob      "
+    ]
+    assert "bob" in store["users"]
+    change(store, "delete", "user", ["bob"])
+    assert "bob" not in store["users"]
+    assert not [k for k in store["assocs"] if A.split_key(k)[1] == "bob"]
+
+
+def test_move_account_and_refuse_loop(store):
+    change(store, "add", "account", ["lab"], set_={"parent": "chem"})
+    affected = change(store, "modify", "account", where={"name": "chem"}, set_={"parent": "phys"})
+    assert affected == ["C = spur       A = chem                "]
+    assert A.account_chain(store, "lab") == ["lab", "chem", "phys", "root"]
+    with pytest.raises(P.PlanError, match="cannot move under itself"):
+        change(store, "modify", "account", ["phys"], set_={"parent": "lab"})
+
+
+@pytest.mark.parametrize(
+    ("verb", "entity", "names", "where", "set_", "words"),
+    [
+        ("add", "cluster", ["c2"], {}, {}, "one cluster"),
+        ("frob", "user", ["bob"], {}, {}, "unknown verb"),
+        ("add", "wckey", ["x"], {}, {}, "unknown entity"),
+        ("add", "account", ["x" * 65], {}, {}, "the limit is 64"),
+        ("add", "account", ["a\tb"], {}, {}, "holds '\\t'"),
+        ("add", "account", [], {}, {}, "name the account"),
+        ("modify", "user", ["bob"], {}, {}, "nothing to set"),
+        ("modify", "user", ["bob"], {"color": "x"}, {"maxjobs": "1"}, "unknown condition color="),
+        ("modify", "user", ["ghost"], {}, {"maxjobs": "1"}, "user ghost does not exist"),
+        ("delete", "user", ["bob"], {}, {"maxjobs": "1"}, "`set` has no meaning"),
+        ("modify", "user", ["bob"], {"cluster": "other"}, {"maxjobs": "1"}, "not this cluster"),
+        ("modify", "user", ["bob"], {}, {"maxjobs": "99999999999"}, "out of range"),
+        ("modify", "user", ["bob"], {}, {"grpjobs+": "1"}, "only works on lists"),
+        ("modify", "account", ["phys"], {}, {"description": "a|b"}, "'|'"),
+        ("add", "account", ["x"], {}, {"parent": "nope"}, "parent account 'nope' does not exist"),
+    ],
+)
+def test_refusals_name_the_problem(store, verb, entity, names, where, set_, words):
+    before = repr(store)
+    with pytest.raises(P.PlanError, match=re.escape(words)) as info:
+        P.plan_change(store, verb, entity, names, where, set_, "spur")
+    assert "\n" not in str(info.value)
+    assert repr(store) == before  # planning never changes the store
+
+
+def test_too_many_names_refused(store):
+    with pytest.raises(P.PlanError, match="at most 1000"):
+        P.plan_change(store, "add", "account", [f"a{i}" for i in range(1001)], {}, {}, "spur")
+
+
+# ------------------------------------------------------------------ submit
+
+
+def test_submit_fills_default_account_and_qos(store):
+    none = frozenset()
+    assert A.resolve_job(store, "root", "", "debug", "", none) == ("root", "normal")
+    assert A.resolve_job(store, "bob", "", "debug", "", none) == ("phys", "normal")
+    change(store, "modify", "user", where={"name": "bob", "account": "chem"}, set_={"qos": "high"})
+    assert A.resolve_job(store, "bob", "chem", "debug", "", none) == ("chem", "high")  # the only QOS it may use
+    assert A.resolve_job(store, "eve", "", "debug", "", none) == ("", "")  # no association, nothing enforced
+    assert A.resolve_job(store, "eve", "chem", "debug", "low", none) == ("chem", "low")
+
+
+def test_submit_enforcement(store):
+    enforce = A.enforced(["qos"])
+    assert enforce == {"qos", "associations"}
+    with pytest.raises(A.Refusal) as info:
+        A.resolve_job(store, "eve", "", "debug", "", enforce)
+    assert info.value.slurm_error == A.SLURM_INVALID_ACCOUNT
+    with pytest.raises(A.Refusal, match="no association with account root"):
+        A.resolve_job(store, "bob", "root", "debug", "", enforce)
+    with pytest.raises(A.Refusal) as info:
+        A.resolve_job(store, "bob", "phys", "debug", "high", enforce)
+    assert info.value.slurm_error == A.SLURM_INVALID_QOS
+    assert A.resolve_job(store, "bob", "phys", "debug", "high", A.enforced(["associations"])) == ("phys", "high")
+    with pytest.raises(A.Refusal, match="QOS ghost does not exist"):
+        A.resolve_job(store, "bob", "phys", "debug", "ghost", frozenset())
+
+
+def test_partition_association(store):
+    change(store, "add", "user", ["pat"], set_={"account": "chem", "partition": "gpu"})
+    enforce = A.enforced(["associations"])
+    assert A.resolve_job(store, "pat", "", "gpu", "", enforce) == ("chem", "normal")
+    with pytest.raises(A.Refusal, match="in partition debug"):
+        A.resolve_job(store, "pat", "", "debug", "", enforce)
