@@ -12,6 +12,7 @@ from spur_hpc.wire import protocodec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
@@ -245,114 +246,89 @@ def dependency_text(job: Any) -> str:
     return ("?" if any_of else ",").join(f"{item}({status})" for item in items)
 
 
-def squeue_value(letter: str, job: Any, now: float) -> str:
+def _end_text(job: Any) -> str:
+    if job.end_time:
+        return units.format_timestamp(job.end_time)
+    if job.start_time and job.spec.time_limit_secs:
+        return units.format_timestamp(job.start_time + job.spec.time_limit_secs)
+    return "N/A"
+
+
+def _time_left_text(job: Any, now: float) -> str:
+    limit = job.spec.time_limit_secs
+    if not limit:
+        return "UNLIMITED"
+    return units.format_duration(max(0.0, limit - elapsed_seconds(job, now)))
+
+
+def _state_code(job: Any) -> str:
     state = state_name(job)
-    if letter == "i":
-        return job_id_label(job)
-    if letter == "A":
-        return str(job.job_id)
-    if letter == "F":
-        return str(job.array_job_id or job.job_id)
-    if letter == "K":
-        return array_task_text(job)
-    if letter == "k":
-        return job.spec.comment or "(null)"
-    if letter == "E":
-        return dependency_text(job)
-    if letter == "f":
-        return job.spec.constraint or "(null)"
-    if letter == "q":
-        return job.spec.qos or "normal"
-    if letter == "w":
-        return job.spec.wckey or "(null)"
-    if letter == "y":
-        return str(job.spec.nice)
-    if letter == "n":
-        return job.spec.nodelist
-    if letter == "x":
-        return job.spec.exclude
-    if letter == "B":
-        return job.nodes[0] if job.nodes else "n/a"
-    if letter == "c":
-        return str(max(1, job.spec.cpus_per_task))
-    if letter == "g":
-        return group_name(job.spec.gid)
-    if letter == "b":
-        return tres_per_node(job.spec)
-    if letter in ("d", "O"):
-        return "0"
-    if letter == "h":
-        return "NO" if job.spec.exclusive else "OK"
-    if letter in ("H", "I", "J"):
-        return "*"
-    if letter == "z":
-        return "*:*:*"
-    if letter == "Q":
-        return str(job.priority)
-    if letter == "p":
-        return f"{job.priority / PRIORITY_SCALE:16.14f}"
-    if letter in ("v", "W", "Y"):
-        return "(null)"
-    if letter in ("X", "s"):
-        return "N/A"
-    if letter == "j":
-        return job.spec.name
-    if letter == "u":
-        return job.spec.user or str(job.spec.uid)
-    if letter == "U":
-        return str(job.spec.uid)
-    if letter == "G":
-        return str(job.spec.gid)
-    if letter == "t":
-        return STATE_CODES.get(state, state[:2])
-    if letter == "T":
-        return state
-    if letter == "M":
-        return units.format_duration(elapsed_seconds(job, now))
-    if letter == "l":
-        return units.format_limit(job.spec.time_limit_secs)
-    if letter == "L":
-        if not job.spec.time_limit_secs:
-            return "UNLIMITED"
-        return units.format_duration(max(0.0, job.spec.time_limit_secs - elapsed_seconds(job, now)))
-    if letter == "D":
-        return str(node_count(job))
-    if letter == "C":
-        return str(cpu_count(job))
-    if letter == "m":
-        return f"{job.spec.memory_mb}M" if job.spec.memory_mb else "0"
-    if letter == "N":
-        return model.compress_hostlist(list(job.nodes))
-    if letter == "R":
-        return reason_list(job)
-    if letter == "r":
-        return job.reason or "None"
-    if letter == "P":
-        return partition(job)
-    if letter == "a":
-        return job.spec.account or "(null)"
-    if letter == "V":
-        return units.format_timestamp(job.submit_time, "N/A")
-    if letter == "S":
-        return units.format_timestamp(job.start_time, "N/A")
-    if letter == "e":
-        if job.end_time:
-            return units.format_timestamp(job.end_time)
-        if job.start_time and job.spec.time_limit_secs:
-            return units.format_timestamp(job.start_time + job.spec.time_limit_secs)
-        return "N/A"
-    if letter == "Z":
-        return job.spec.work_dir
-    if letter == "o":
-        return job.spec.command or "(null)"  # the batch script's path as sbatch read it; none for --wrap
-    raise KeyError(letter)
+    return STATE_CODES.get(state, state[:2])
+
+
+# squeue -o letters -> the cell's text. One function per letter, looked up once per column (squeue of 10,000
+# jobs formats 80,000 cells: a chain of comparisons per cell was most of its time); `now` is bound once.
+def squeue_getters(now: float) -> dict[str, Callable[[Any], str]]:
+    """letter -> function of one job giving its cell, the clock read as `now`."""
+    never_ran = units.format_duration(0)  # %M of a job that has not started (most of a long queue)
+    return {
+        "i": job_id_label,
+        "A": lambda job: str(job.job_id),
+        "F": lambda job: str(job.array_job_id or job.job_id),
+        "K": array_task_text,
+        "k": lambda job: job.spec.comment or "(null)",
+        "E": dependency_text,
+        "f": lambda job: job.spec.constraint or "(null)",
+        "q": lambda job: job.spec.qos or "normal",
+        "w": lambda job: job.spec.wckey or "(null)",
+        "y": lambda job: str(job.spec.nice),
+        "n": lambda job: job.spec.nodelist,
+        "x": lambda job: job.spec.exclude,
+        "B": lambda job: job.nodes[0] if job.nodes else "n/a",
+        "c": lambda job: str(max(1, job.spec.cpus_per_task)),
+        "g": lambda job: group_name(job.spec.gid),
+        "b": lambda job: tres_per_node(job.spec),
+        "d": lambda job: "0", "O": lambda job: "0",
+        "h": lambda job: "NO" if job.spec.exclusive else "OK",
+        "H": lambda job: "*", "I": lambda job: "*", "J": lambda job: "*",
+        "z": lambda job: "*:*:*",
+        "Q": lambda job: str(job.priority),
+        "p": lambda job: f"{job.priority / PRIORITY_SCALE:16.14f}",
+        "v": lambda job: "(null)", "W": lambda job: "(null)", "Y": lambda job: "(null)",
+        "X": lambda job: "N/A", "s": lambda job: "N/A",
+        "j": lambda job: job.spec.name,
+        "u": lambda job: job.spec.user or str(job.spec.uid),
+        "U": lambda job: str(job.spec.uid),
+        "G": lambda job: str(job.spec.gid),
+        "t": _state_code,
+        "T": state_name,
+        "M": lambda job: units.format_duration(elapsed_seconds(job, now)) if job.start_time else never_ran,
+        "l": lambda job: units.format_limit(job.spec.time_limit_secs),
+        "L": lambda job: _time_left_text(job, now),
+        "D": lambda job: str(node_count(job)),
+        "C": lambda job: str(cpu_count(job)),
+        "m": lambda job: f"{job.spec.memory_mb}M" if job.spec.memory_mb else "0",
+        "N": lambda job: model.compress_hostlist(list(job.nodes)),
+        "R": reason_list,
+        "r": lambda job: job.reason or "None",
+        "P": partition,
+        "a": lambda job: job.spec.account or "(null)",
+        "V": lambda job: units.format_timestamp(job.submit_time, "N/A"),
+        "S": lambda job: units.format_timestamp(job.start_time, "N/A"),
+        "e": _end_text,
+        "Z": lambda job: job.spec.work_dir,
+        "o": lambda job: job.spec.command or "(null)",  # the batch script's path as sbatch read it; none for --wrap
+    }  # fmt: skip
+
+
+def squeue_value(letter: str, job: Any, now: float) -> str:
+    """One cell of squeue -o (KeyError for a letter squeue does not know)."""
+    return squeue_getters(now)[letter](job)
 
 
 def squeue_lines(jobs: list[Any], format_text: str, header: bool, now: float, program: str = "squeue") -> list[str]:
     columns = slurmformat.parse(program, format_text, SQUEUE_TITLES)
-    return slurmformat.render(
-        columns, jobs, lambda letter, job: squeue_value(letter, job, now), SQUEUE_TITLES, header, strip=False
-    )
+    return slurmformat.render(columns, jobs, squeue_getters(now), SQUEUE_TITLES, header, strip=False)
 
 
 # squeue -O/--Format: Slurm's field names (case does not matter) -> (title, the -o letter that prints it)
@@ -389,9 +365,7 @@ def format_fields_lines(jobs: list[Any], text: str, header: bool, now: float, pr
     names.update({name: (title, name) for name, (title, _value) in FORMAT_EXTRA.items()})
     columns, titles = slurmformat.parse_fields(program, text, names, separator="")
 
-    def value_of(key: str, job: Any) -> str:
-        if key in FORMAT_EXTRA:
-            return FORMAT_EXTRA[key][1](job, now)
-        return squeue_value(key, job, now)
-
-    return slurmformat.render(columns, jobs, value_of, titles, header, strip=False)
+    getters = squeue_getters(now)
+    for key, (_title, value) in FORMAT_EXTRA.items():
+        getters[key] = lambda job, value=value: value(job, now)
+    return slurmformat.render(columns, jobs, getters, titles, header, strip=False)
