@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from spur_hpc.controller import limits
 from spur_hpc.model import (
     CANCELLED,
     COMPLETED,
@@ -56,7 +57,7 @@ def waiting_reason(s: ClusterState, job: dict[str, Any], now: float, memo: dict 
     limit = job.get("array_max_running") or 0
     if limit and job.get("array_job_id") and s.array_running(job["array_job_id"]) >= limit:
         return REASON_ARRAY_LIMIT
-    return None
+    return limits.waiting_reason(s, job, memo)  # association and QOS limits ([accounting] enforce "limits")
 
 
 def pending_ends(s: ClusterState, now: float, candidates=None) -> list[tuple[int, str, str]]:

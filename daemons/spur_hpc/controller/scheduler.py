@@ -20,7 +20,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator
 from typing import Any
 
-from spur_hpc.controller import eligibility, partitions, placement
+from spur_hpc.controller import eligibility, limits, partitions, placement
 from spur_hpc.model import PENDING, RUNNING, TOP_PRIORITY, parse_array_ranges
 
 TYPE_CHECKING = False
@@ -167,34 +167,44 @@ class JobIndex:
 
 
 def plan_starts(
-    s: ClusterState, now: float = 0.0, index: JobIndex | None = None, parts: Any = None
+    s: ClusterState, now: float = 0.0, index: JobIndex | None = None, parts: Any = None, blockers: list | None = None
 ) -> list[tuple[int, list[str]]]:
     """FIFO with resource fit, per partition: the oldest eligible job of a partition that does not fit
     blocks the younger ones behind it (no backfill), so a large job is not starved. A job that may not
     start yet (held, waiting on a dependency, over its partition's limits) blocks nothing; a partition that is
     DOWN or INACTIVE blocks all of its jobs. An array's own record stands for its pending tasks: it appears once
     per task that starts now (the leader splits each off), up to its %N throttle. `parts` is the leader's
-    PartitionTable (controller/partitions.py): which nodes serve which partition, the limits, the tiers."""
+    PartitionTable (controller/partitions.py): which nodes serve which partition, the limits, the tiers.
+    `blockers`, when given, receives the ids of the jobs that did not fit (each blocks its partition): the jobs
+    preemption may make room for (controller/preemption.py)."""
     free = placement.free_resources(s, now, parts)  # without the nodes whose agents hold dispatch for a restart
     blocked: set[str] = set()
     plans: list[tuple[int, list[str]]] = []
     memo: dict = {}
     if index is not None:
         order = index.sync(s).pending_in_order(parts)
+        memo["running_ids"] = index.running  # what limits.py counts usage from, instead of every job
         for partition, job_id in order:
-            if _plan_job(s, s.jobs[job_id], now, memo, free, plans, parts):
+            if _plan_job(s, s.jobs[job_id], now, memo, free, plans, parts, blockers):
                 order.send(partition)
         return plans
     for job_id in pending_in_order(s, parts):
         job = s.jobs[job_id]
         partition = placement.job_partition(job["spec"])
-        if partition not in blocked and _plan_job(s, job, now, memo, free, plans, parts):
+        if partition not in blocked and _plan_job(s, job, now, memo, free, plans, parts, blockers):
             blocked.add(partition)
     return plans
 
 
 def _plan_job(
-    s: ClusterState, job: dict[str, Any], now: float, memo: dict, free: dict, plans: list, parts: Any = None
+    s: ClusterState,
+    job: dict[str, Any],
+    now: float,
+    memo: dict,
+    free: dict,
+    plans: list,
+    parts: Any = None,
+    blockers: list | None = None,
 ) -> bool:
     """Plan what of one pending job starts now; True when it does not fit (it blocks its partition)."""
     job_id = job["job_id"]
@@ -210,10 +220,15 @@ def _plan_job(
         limit = job.get("array_max_running") or 0
         if limit:
             starts = min(starts, limit - s.array_running(job_id))
-    for _ in range(starts):
+    for n in range(starts):
+        if n and limits.waiting_reason(s, job, memo) is not None:
+            return False  # the array's next task would go over a limit its last one reached
         chosen = placement.choose_nodes(s, job, free)
         if chosen is None:
+            if blockers is not None:
+                blockers.append(job_id)
             return True
         placement.take(job, chosen, free)
+        limits.charge(s, job, memo)  # the next job of this plan counts this start against its limits
         plans.append((job_id, chosen))
     return False

@@ -1,0 +1,412 @@
+"""Association and QOS limits (controller/limits.py): every pending reason Spur gives, the inheritance up the account
+tree, a QOS limit hiding the association's, the plan never starting more than a limit allows, and the refusals at
+submit (submit limits; DenyOnLimit)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spur_hpc.controller import associations, eligibility, limits, wal
+from spur_hpc.controller.associations import assoc_key, new_account, new_assoc, new_qos, new_user
+from spur_hpc.controller.scheduler import JobIndex, plan_starts
+from spur_hpc.controller.state import ClusterState
+
+
+def rec(op, **kw):
+    return wal.make_record(op, **kw)
+
+
+@pytest.fixture(autouse=True)
+def limits_on():
+    limits.configure({"limits"})
+    yield
+    limits.configure(set())
+
+
+def spec(user="alice", account="phys", qos="normal", cpus=1, **kw):
+    base = {"name": "j", "script": "true", "user": user, "uid": 1, "gid": 1, "work_dir": "/tmp", "nodes": 1}
+    base.update(tasks=1, cpus_per_task=cpus, memory_mb=0, time_limit_secs=600, partition="default")
+    base.update(account=account, qos=qos, **kw)
+    return base
+
+
+def cluster(nodes=2, cpus=8, gpus=0) -> ClusterState:
+    """Level 5; nodes n1.. of `cpus` CPUs and 8000 MB (and `gpus` gpus); accounts root > dept > phys, chem;
+    users alice and bob in phys, carol in chem; QOS normal and long (each without limits)."""
+    s = ClusterState()
+    s.apply(rec("cluster_init", name="c", cluster_id="id", members=["a:1"], wal_level=5))
+    for n in range(1, nodes + 1):
+        s.apply(
+            rec("node_register", name=f"n{n}", address=f"n{n}:1", cpus=cpus, memory_mb=8000, version="1", build="b",
+                partition="default", running=[], time=1.0, gres={"gpu": gpus} if gpus else {})
+        )  # fmt: skip
+    put("account", "dept", new_account("dept", "root"))
+    put("account", "phys", new_account("phys", "dept"))
+    put("account", "chem", new_account("chem", "dept"))
+    put("assoc", assoc_key("dept"), new_assoc(10, "c", "dept", parent="root"))
+    put("assoc", assoc_key("phys"), new_assoc(11, "c", "phys", parent="dept"))
+    put("assoc", assoc_key("chem"), new_assoc(12, "c", "chem", parent="dept"))
+    for n, (user, account) in enumerate((("alice", "phys"), ("bob", "phys"), ("carol", "chem"))):
+        put("user", user, new_user(user, account))
+        put("assoc", assoc_key(account, user), new_assoc(20 + n, "c", account, user, parent=account))
+    put("qos", "long", new_qos("long", 2))
+    apply_puts(s)
+    return s
+
+
+_PUTS: list[dict] = []
+
+
+def put(kind, key, row) -> None:
+    _PUTS.append({"kind": kind, "key": key, "row": row})
+
+
+def apply_puts(s) -> None:
+    result = s.apply(rec("assoc_apply", puts=list(_PUTS), deletes=[]))
+    _PUTS.clear()
+    assert result["ok"], result
+
+
+def set_assoc(s, key, **fields) -> None:
+    put("assoc", key, dict(s.assoc["assocs"][key], **fields))
+    apply_puts(s)
+
+
+def set_qos(s, name, **fields) -> None:
+    put("qos", name, dict(s.assoc["qos"][name], **fields))
+    apply_puts(s)
+
+
+def submit(s, **kw) -> int:
+    result = s.apply(rec("job_submit", spec=spec(**kw), key="", time=1.0))
+    assert result["ok"], result
+    return result["job_id"]
+
+
+def run(s, job_id, nodes=("n1",)) -> int:
+    job = s.jobs[job_id]
+    op = "job_array_split" if job.get("array_pending") else "job_start"
+    result = s.apply(rec(op, job_id=job_id, nodes=list(nodes), attempt=job["attempt"] + 1, time=10.0))
+    assert result["ok"], result
+    return result["job_id"]
+
+
+def end(s, job_id) -> None:
+    job = s.jobs[job_id]
+    s.apply(rec("job_end", job_id=job_id, attempt=job["attempt"], state="COMPLETED", exit_code=0, signal=0,
+                time=20.0, reason=""))  # fmt: skip
+
+
+def reason(s, job_id):
+    return eligibility.waiting_reason(s, s.jobs[job_id], 30.0)
+
+
+def planned(s, index=None):
+    return [j for j, _nodes in plan_starts(s, 30.0, index)]
+
+
+# ------------------------------------------------------------------ association Grp limits
+
+
+def test_a_job_over_its_accounts_grptres_cpu_pends_and_starts_when_usage_falls() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), grp_tres={"cpu": 4})
+    first = submit(s, cpus=3)
+    run(s, first)
+    second = submit(s, cpus=2)
+    assert reason(s, second) == "AssocGrpCpuLimit"
+    assert planned(s) == []
+    small = submit(s, cpus=1)
+    assert reason(s, small) is None, "3 + 1 CPUs is within cpu=4"
+    end(s, first)
+    assert reason(s, second) is None
+    assert planned(s) == [second, small]
+
+
+@pytest.mark.parametrize(
+    ("tres", "ask", "why"),
+    [
+        ({"mem": 1000}, {"memory_mb": 800}, "AssocGrpMemLimit"),
+        ({"node": 1}, {}, "AssocGrpNodeLimit"),
+        ({"gres/gpu": 2}, {"gres": "gpu:2"}, "AssocGrpGRES"),
+    ],
+)
+def test_each_grptres_gives_its_own_reason(tres, ask, why) -> None:
+    s = cluster(gpus=4)
+    set_assoc(s, assoc_key("phys"), grp_tres=tres)
+    run(s, submit(s, **ask))
+    assert reason(s, submit(s, **ask)) == why
+
+
+def test_a_grp_limit_up_the_tree_counts_the_whole_subtree() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("dept"), grp_jobs=2)
+    run(s, submit(s, user="carol", account="chem"))
+    run(s, submit(s, user="bob"))
+    assert reason(s, submit(s)) == "AssocGrpJobsLimit", "chem's and phys's jobs count in dept"
+
+
+def test_a_job_asking_none_of_a_tres_is_not_held_back_by_its_limit() -> None:
+    s = cluster(gpus=2)
+    set_assoc(s, assoc_key("phys"), grp_tres={"gres/gpu": 2})
+    run(s, submit(s, gres="gpu:2"))
+    assert reason(s, submit(s)) is None
+
+
+# ------------------------------------------------------------------ association Max limits
+
+
+def test_maxjobs_set_on_the_account_holds_each_user_separately() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), max_jobs=1)
+    run(s, submit(s))
+    assert reason(s, submit(s)) == "AssocMaxJobsLimit"
+    assert reason(s, submit(s, user="bob")) is None, "MaxJobs is per user: bob's association inherits its own"
+
+
+def test_a_users_own_maxjobs_wins_over_the_accounts() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), max_jobs=1)
+    set_assoc(s, assoc_key("phys", "alice"), max_jobs=2)
+    run(s, submit(s))
+    assert reason(s, submit(s)) is None
+
+
+@pytest.mark.parametrize(("time_limit", "why"), [(600, None), (601, "AssocMaxWallDurationPerJobLimit"),
+                                                 (0, "AssocMaxWallDurationPerJobLimit")])  # fmt: skip
+def test_maxwall_holds_a_longer_job_and_one_without_a_time_limit(time_limit, why) -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("dept"), max_wall_secs=600)
+    assert reason(s, submit(s, time_limit_secs=time_limit)) == why
+
+
+@pytest.mark.parametrize(
+    ("tres", "ask", "why"),
+    [
+        ({"cpu": 2}, {"cpus": 3}, "AssocMaxCpuPerJobLimit"),
+        ({"mem": 500}, {"memory_mb": 600}, "AssocMaxMemPerJob"),
+        ({"node": 1}, {"nodes": 2}, "AssocMaxNodePerJobLimit"),
+        ({"gres/gpu": 1}, {"gres": "gpu:2"}, "AssocMaxGRESPerJob"),
+    ],
+)
+def test_maxtresperjob_gives_its_own_reason_even_on_an_empty_cluster(tres, ask, why) -> None:
+    s = cluster(gpus=4)
+    set_assoc(s, assoc_key("phys"), max_tres_per_job=tres)
+    assert reason(s, submit(s, **ask)) == why
+
+
+# ------------------------------------------------------------------ QOS limits
+
+
+@pytest.mark.parametrize(
+    ("fields", "first", "then", "why"),
+    [
+        ({"grp_tres": {"cpu": 2}}, {"cpus": 2}, {}, "QOSGrpCpuLimit"),
+        ({"grp_tres": {"mem": 1000}}, {"memory_mb": 1000}, {"memory_mb": 1}, "QOSGrpMemLimit"),
+        ({"grp_tres": {"gres/gpu": 1}}, {"gres": "gpu:1"}, {"gres": "gpu:1"}, "QOSGrpGRES"),
+        ({"grp_jobs": 1}, {}, {}, "QOSGrpJobsLimit"),
+        ({"max_jobs_per_user": 1}, {}, {}, "QOSMaxJobsPerUserLimit"),
+        ({"max_tres_per_user": {"cpu": 2}}, {"cpus": 2}, {}, "QOSMaxCpuPerUserLimit"),
+    ],
+)
+def test_each_qos_limit_on_running_jobs_gives_its_reason(fields, first, then, why) -> None:
+    s = cluster(gpus=2)
+    set_qos(s, "long", **fields)
+    run(s, submit(s, qos="long", **first))
+    assert reason(s, submit(s, qos="long", **then)) == why
+    assert reason(s, submit(s, **then)) is None, "a job of another QOS is not held"
+
+
+def test_qos_maxjobsperuser_pends_the_users_next_job_and_not_another_users() -> None:
+    s = cluster()
+    set_qos(s, "long", max_jobs_per_user=1)
+    run(s, submit(s, qos="long"))
+    assert reason(s, submit(s, qos="long")) == "QOSMaxJobsPerUserLimit"
+    assert reason(s, submit(s, user="bob", qos="long")) is None
+
+
+def test_qos_maxwall_and_maxtresperjob() -> None:
+    s = cluster()
+    set_qos(s, "long", max_wall_secs=60, max_tres_per_job={"cpu": 2})
+    assert reason(s, submit(s, qos="long", time_limit_secs=120)) == "QOSMaxWallDurationPerJobLimit"
+    assert reason(s, submit(s, qos="long", time_limit_secs=60, cpus=4)) == "QOSMaxCpuPerJobLimit"
+    assert reason(s, submit(s, qos="long", time_limit_secs=60, cpus=2)) is None
+
+
+def test_a_limit_the_qos_sets_hides_the_associations_of_the_same_kind() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), max_jobs=1, grp_tres={"cpu": 1})
+    set_qos(s, "long", max_jobs_per_user=3, grp_tres={"cpu": 8})
+    for _ in range(2):
+        run(s, submit(s, qos="long"))
+    assert reason(s, submit(s, qos="long")) is None, "QOS MaxJobsPerUser and GrpTRES cpu replace the association's"
+    assert reason(s, submit(s)) == "AssocMaxJobsLimit", "under QOS normal the association's limits hold (counts first)"
+
+
+def test_the_qos_is_checked_before_the_association_and_job_counts_before_tres() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), grp_jobs=1, grp_tres={"cpu": 1})
+    set_qos(s, "long", max_jobs_per_user=1, max_tres_per_user={"cpu": 1})
+    run(s, submit(s, qos="long"))
+    assert reason(s, submit(s, qos="long")) == "QOSMaxJobsPerUserLimit"
+    assert reason(s, submit(s)) == "AssocGrpJobsLimit", "a count (Slurm's pre-select) before any TRES"
+
+
+def test_nothing_is_held_when_limits_are_not_enforced() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), grp_jobs=1)
+    run(s, submit(s))
+    waiting = submit(s)
+    assert reason(s, waiting) == "AssocGrpJobsLimit"
+    limits.configure({"associations", "qos"})
+    assert reason(s, waiting) is None
+    limits.configure({"safe"})
+    assert reason(s, waiting) == "AssocGrpJobsLimit", "safe implies limits"
+
+
+def test_a_cluster_before_level_5_and_a_job_without_an_association_have_no_limits() -> None:
+    s = ClusterState()
+    s.apply(rec("cluster_init", name="c", cluster_id="id", members=["a:1"], wal_level=4))
+    job = s.apply(rec("job_submit", spec=spec(), key="", time=1.0))["job_id"]
+    assert s.assoc is None and reason(s, job) is None
+    s = cluster()
+    set_assoc(s, assoc_key("root"), grp_jobs=0)
+    assert reason(s, submit(s, user="dave", account="")) is None
+    assert reason(s, submit(s)) == "AssocGrpJobsLimit", "root's limit holds every association"
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@pytest.mark.parametrize("with_index", [False, True])
+def test_one_plan_starts_no_more_than_a_limit_allows(with_index) -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), grp_jobs=2)
+    jobs = [submit(s) for _ in range(4)]
+    other = submit(s, user="carol", account="chem")
+    index = JobIndex() if with_index else None
+    assert planned(s, index) == [jobs[0], jobs[1], other]
+
+
+def test_an_arrays_tasks_count_one_by_one() -> None:
+    s = cluster()
+    set_qos(s, "long", grp_tres={"cpu": 3})
+    array = submit(s, qos="long", array="0-9")
+    assert planned(s) == [array, array, array]
+    for _ in range(3):
+        run(s, array)
+    assert reason(s, array) == "QOSGrpCpuLimit"
+
+
+def test_a_running_job_counts_what_it_holds_an_exclusive_one_every_cpu_of_its_node() -> None:
+    s = cluster(nodes=2, cpus=8)
+    set_assoc(s, assoc_key("phys"), grp_tres={"cpu": 10})
+    run(s, submit(s, exclusive=True))
+    assert reason(s, submit(s, cpus=3)) == "AssocGrpCpuLimit", "8 held + 3 > 10"
+    assert reason(s, submit(s, cpus=2)) is None
+
+
+# ------------------------------------------------------------------ at submit
+
+
+def problem(s, **kw):
+    found = limits.submit_problem(s, spec(**kw), kw.pop("jobs", 1) if "jobs" in kw else 1)
+    return found and found[0]
+
+
+def test_maxsubmitjobs_refuses_the_next_submission_counting_pending_and_running() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys", "alice"), max_submit_jobs=2)
+    run(s, submit(s))
+    submit(s)
+    assert problem(s) == "AssocMaxSubmitJobLimit"
+    assert problem(s, user="bob") is None
+    words = limits.submit_problem(s, spec())[1]
+    assert "user alice in account phys may have at most 2 jobs pending or running" in words
+
+
+def test_an_array_counts_its_pending_tasks_at_submit() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), max_submit_jobs=5)
+    submit(s, array="0-3")
+    assert problem(s) is None
+    assert limits.submit_problem(s, spec(), 2)[0] == "AssocMaxSubmitJobLimit", "4 tasks + an array of 2 > 5"
+
+
+@pytest.mark.parametrize(
+    ("where", "fields", "why", "other"),
+    [
+        ("assoc", {"grp_submit_jobs": 1}, "AssocGrpSubmitJobsLimit", {"user": "bob"}),
+        ("qos", {"grp_submit_jobs": 1}, "QOSGrpSubmitJobsLimit", {"user": "carol", "account": "chem"}),
+        ("qos", {"max_submit_jobs_per_user": 1}, "QOSMaxSubmitJobPerUserLimit", None),
+    ],
+)
+def test_grp_and_per_user_submit_limits(where, fields, why, other) -> None:
+    s = cluster()
+    if where == "assoc":
+        set_assoc(s, assoc_key("phys"), **fields)
+    else:
+        set_qos(s, "long", **fields)
+    submit(s, qos="long")
+    assert problem(s, qos="long") == why
+    if other is not None:
+        assert problem(s, qos="long", **other) == why, "a Grp limit counts everyone's jobs"
+    assert problem(s, user="bob", account="chem", qos="normal") is None
+
+
+def test_finished_jobs_do_not_count_at_submit() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys", "alice"), max_submit_jobs=1)
+    job = submit(s)
+    run(s, job)
+    end(s, job)
+    assert problem(s) is None
+
+
+def test_without_denyonlimit_a_job_over_maxwall_is_taken_and_with_it_refused() -> None:
+    s = cluster()
+    set_qos(s, "long", max_wall_secs=600, max_tres_per_job={"cpu": 2})
+    assert problem(s, qos="long", time_limit_secs=1200) is None
+    set_qos(s, "long", flags=["DenyOnLimit"])
+    assert problem(s, qos="long", time_limit_secs=1200) == "QOSMaxWallDurationPerJobLimit"
+    assert problem(s, qos="long", cpus=4) == "QOSMaxCpuPerJobLimit"
+    assert problem(s, qos="long") is None
+    words = limits.submit_problem(s, spec(qos="long", time_limit_secs=1200))[1]
+    assert "over MaxWall 10 minutes" in words and "DenyOnLimit" in words
+
+
+def test_denyonlimit_treats_a_grp_limit_as_a_max_limit() -> None:
+    s = cluster()
+    set_qos(s, "long", flags=["DenyOnLimit"])
+    set_assoc(s, assoc_key("phys"), grp_tres={"cpu": 4})
+    assert problem(s, qos="long", cpus=5) == "AssocGrpCpuLimit"
+    assert problem(s, qos="long", cpus=4) is None
+
+
+def test_max_wall_is_the_qos_one_else_the_associations() -> None:
+    s = cluster()
+    assert limits.max_wall(s, spec()) is None
+    set_assoc(s, assoc_key("dept"), max_wall_secs=3600)
+    assert limits.max_wall(s, spec()) == 3600
+    set_qos(s, "long", max_wall_secs=60)
+    assert limits.max_wall(s, spec(qos="long")) == 60
+
+
+def test_requested_and_held_tres() -> None:
+    assert limits.requested_tres(spec(cpus=2, nodes=2, tasks=2, memory_mb=100, gres="gpu:a100:1")) == {
+        "cpu": 4, "mem": 200, "node": 2, "gres/gpu": 2, "gres/gpu:a100": 2}  # fmt: skip
+    assert limits.requested_tres(spec(cpus=2, mem_per_cpu_mb=10))["mem"] == 20
+    s = cluster(gpus=2)
+    job = run(s, submit(s, cpus=2, memory_mb=100, gres="gpu:1"))
+    assert limits.held_tres(s.jobs[job]) == {"cpu": 2, "mem": 100, "node": 1, "gres/gpu": 1}
+
+
+def test_the_store_keeps_the_limits_rows_it_was_given() -> None:
+    """The rows limits.py reads are associations.py's: its field names (a rename there must fail here)."""
+    row, qos = associations.new_assoc(1, "c", "a"), associations.new_qos("q", 1)
+    for field in ("grp_tres", "grp_jobs", "grp_submit_jobs", "max_jobs", "max_submit_jobs", "max_wall_secs",
+                  "max_tres_per_job"):  # fmt: skip
+        assert field in row
+    for field in ("grp_tres", "grp_jobs", "grp_submit_jobs", "max_jobs_per_user", "max_submit_jobs_per_user",
+                  "max_wall_secs", "max_tres_per_job", "max_tres_per_user", "flags"):  # fmt: skip
+        assert field in qos
