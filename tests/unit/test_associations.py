@@ -82,6 +82,14 @@ def test_modify_user_qos_lists_and_default_qos(store):
         change(store, "modify", "user", ["bob"], set_={"qos+": "ghost"})
 
 
+def test_qos_plus_starts_from_the_inherited_list(store):
+    change(store, "modify", "user", where={"name": "bob", "account": "phys"}, set_={"qos+": "high"})
+    assert store["assocs"][A.assoc_key("phys", "bob")]["qos"] == ["normal", "high"]
+    change(store, "modify", "account", ["chem"], set_={"qos": "low"})
+    change(store, "modify", "user", where={"name": "bob", "account": "chem"}, set_={"qos": "-low"})
+    assert store["assocs"][A.assoc_key("chem", "bob")]["qos"] == []  # nothing left of its own: inherits again
+
+
 def test_modify_user_limits_only_where_selected(store):
     affected = change(
         store,

@@ -168,6 +168,78 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE spur_job_runs ADD COLUMN cancelled_by_uid integer NOT NULL DEFAULT -1;
         """,
     ),
+    Migration(
+        5,
+        "accounts, users, QOS and associations",
+        """
+        -- A copy of the controllers' replicated association store (controller/associations.py), written whole by
+        -- the leader in one transaction when it changed (accounting/assocstore.py). The store stays the source of
+        -- truth: these tables are what a report or an operator's SQL reads. spur_assoc_copies keeps, per cluster,
+        -- the state's applied-record count of the copy, so an older leader's late copy never replaces a newer one.
+        CREATE TABLE spur_assoc_copies (
+            cluster_id  text PRIMARY KEY,
+            applied     bigint      NOT NULL,
+            copied_at   timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE spur_qos (
+            cluster_id                text    NOT NULL,
+            name                      text    NOT NULL,
+            id                        bigint  NOT NULL,
+            description               text    NOT NULL DEFAULT '',
+            priority                  bigint  NOT NULL DEFAULT 0,
+            preempt                   text[]  NOT NULL DEFAULT '{}',
+            preempt_mode              text    NOT NULL DEFAULT '',
+            grp_tres                  jsonb   NOT NULL DEFAULT '{}',
+            grp_jobs                  integer NOT NULL DEFAULT -1,
+            grp_submit_jobs           integer NOT NULL DEFAULT -1,
+            max_jobs_per_user         integer NOT NULL DEFAULT -1,
+            max_submit_jobs_per_user  integer NOT NULL DEFAULT -1,
+            max_wall_secs             bigint  NOT NULL DEFAULT -1,
+            max_tres_per_job          jsonb   NOT NULL DEFAULT '{}',
+            max_tres_per_user         jsonb   NOT NULL DEFAULT '{}',
+            usage_factor              double precision NOT NULL DEFAULT 1,
+            flags                     text[]  NOT NULL DEFAULT '{}',
+            PRIMARY KEY (cluster_id, name)
+        );
+        CREATE TABLE spur_accounts (
+            cluster_id    text   NOT NULL,
+            name          text   NOT NULL,
+            description   text   NOT NULL DEFAULT '',
+            organization  text   NOT NULL DEFAULT '',
+            parent        text   NOT NULL DEFAULT '',
+            coordinators  text[] NOT NULL DEFAULT '{}',
+            PRIMARY KEY (cluster_id, name)
+        );
+        CREATE TABLE spur_users (
+            cluster_id       text NOT NULL,
+            name             text NOT NULL,
+            default_account  text NOT NULL,
+            admin_level      text NOT NULL DEFAULT 'None',
+            default_wckey    text NOT NULL DEFAULT '',
+            PRIMARY KEY (cluster_id, name)
+        );
+        CREATE TABLE spur_associations (
+            cluster_id        text    NOT NULL,
+            id                bigint  NOT NULL,
+            account           text    NOT NULL,
+            "user"            text    NOT NULL DEFAULT '',
+            partition         text    NOT NULL DEFAULT '',
+            parent_account    text    NOT NULL DEFAULT '',
+            shares            integer NOT NULL DEFAULT 1,
+            grp_tres          jsonb   NOT NULL DEFAULT '{}',
+            grp_jobs          integer NOT NULL DEFAULT -1,
+            grp_submit_jobs   integer NOT NULL DEFAULT -1,
+            max_jobs          integer NOT NULL DEFAULT -1,
+            max_submit_jobs   integer NOT NULL DEFAULT -1,
+            max_wall_secs     bigint  NOT NULL DEFAULT -1,
+            max_tres_per_job  jsonb   NOT NULL DEFAULT '{}',
+            qos               text[]  NOT NULL DEFAULT '{}',
+            default_qos       text    NOT NULL DEFAULT '',
+            priority          bigint  NOT NULL DEFAULT 0,
+            PRIMARY KEY (cluster_id, account, "user", partition)
+        );
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version  # the newest schema this release knows

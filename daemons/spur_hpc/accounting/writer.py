@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 
 from spur_hpc import buildinfo
-from spur_hpc.accounting import migrations
+from spur_hpc.accounting import assocstore, migrations
 from spur_hpc.accounting.connection import (
     DEFAULT_CONNECT_TIMEOUT_SECS,
     ConnectionSettings,
@@ -230,6 +230,28 @@ class AccountingWriter:
             if not was_connected:
                 log.info("accounting database %s reachable; wrote %d job records", self.settings.describe(), written)
             return written
+
+    def copy_associations(self, store: Mapping[str, Any], applied: int) -> bool:
+        """Write the association store's copy (assocstore.write_store: whole, in one transaction) as of `applied`
+        records. True when the database holds it now (written, or a copy as new was there); never raises: an
+        outage is in health() and the copy waits for the next pass, as job records do."""
+        with self._io:
+            try:
+                self._ensure_connection()
+                assert self._conn is not None
+                try:
+                    assocstore.write_store(self._conn, self.cluster_id, applied, dict(store))
+                except psycopg.Error as exc:
+                    self._drop_connection()
+                    raise self._unavailable(exc) from None
+            except AccountingUnavailable as exc:
+                self._failed(exc)
+                return False
+            except AccountingError as exc:
+                self._set(connected=False, last_error=scrub(str(exc), self.settings.password))
+                self._drop_connection()
+                return False
+            return True
 
     def health(self) -> dict[str, Any]:
         """connected, backlog, last_error, written_total (plus rejected, schema_version, last_success_time)."""

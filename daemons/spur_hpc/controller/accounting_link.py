@@ -24,6 +24,7 @@ from spur_hpc.accounting import (
     AccountingWriter,
     InvalidQuery,
     SchemaTooNewError,
+    assocstore,
     check_schema,
     connect,
     migrate,
@@ -55,6 +56,9 @@ class AccountingLink:
         self.last_purge = 0.0
         self.copied_at = -1  # the state's applied-record count at the last copy the writer was given
         self.min_job_age = float(conf.controller.min_job_age_secs)
+        # The association store's tables the database last got (assoc_apply replaces them whole, so the same
+        # objects mean nothing changed; holding them keeps their ids from being reused).
+        self.store_copied: tuple[Any, ...] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -166,8 +170,24 @@ class AccountingLink:
             if self.writer is None or self.writer.cluster_id != cluster_id:
                 self.writer = AccountingWriter(self.settings, cluster_id=cluster_id, cluster_name=name)
             self.writer.reconcile(jobs)
+            self._copy_store()
             recorded = self.writer.recorded_job_ids_before(jobs, time.time() - self.min_job_age)
         self._purge(jobs, recorded)
+
+    def _copy_store(self) -> None:
+        """The association store (WAL level 5) to the database when it changed since the last copy."""
+
+        def tables(s: Any) -> tuple[int, tuple[Any, ...]] | None:
+            return None if s.assoc is None else (s.applied, tuple(s.assoc[t] for t in assocstore.TABLES))
+
+        found = self.service.raft.read(tables)
+        if found is None:
+            return
+        applied, current = found
+        if self.store_copied is not None and all(a is b for a, b in zip(current, self.store_copied, strict=True)):
+            return
+        if self.writer.copy_associations(dict(zip(assocstore.TABLES, current, strict=True)), applied):
+            self.store_copied = current
 
     def _purge(self, jobs: list[dict[str, Any]], recorded: set[int] | None) -> None:
         now = time.monotonic()

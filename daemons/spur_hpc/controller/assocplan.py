@@ -397,7 +397,11 @@ class _Planner:
                 if kind not in ("qoslist", "flags"):
                     raise PlanError(f"{key}{op}= only works on lists (qos, preempt, flags); use {key}=")
                 text = op + text
-            value = parse_setting(self.store, key, kind, text, row.get(field))
+            old = row.get(field)
+            if field == "qos" and not old and text[:1] in "+-" and text != "-1":
+                # qos+=x on an association that inherits its list: slurmdbd starts from the inherited one
+                old = A.allowed_qos(self.store, A.assoc_key(row["account"], row["user"], row["partition"]))
+            value = parse_setting(self.store, key, kind, text, old)
             if row.get(field) != value:
                 row[field] = value
                 changed = True
