@@ -13,7 +13,7 @@ this file uses the standard library only and must run on Python 3.8.
 from __future__ import annotations
 
 import posixpath
-import re
+from itertools import groupby
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -533,8 +533,10 @@ def compress_hostlist(names: list[str]) -> str:
 
 
 def _natural_prefix(text: str) -> tuple:
-    """strnatcmp's order as a key: runs of digits compare as numbers ('rack2' before 'rack10')."""
-    return tuple((0, int(run), "") if run.isdigit() else (1, 0, run) for run in re.findall(r"\d+|\D+", text))
+    """strnatcmp's order as a key: runs of digits compare as numbers ('rack2' before 'rack10'). Without `re`,
+    whose import (with enum) every command would pay for this one function."""
+    runs = (("".join(chars), digits) for digits, chars in groupby(text, str.isdecimal))
+    return tuple((0, int(run), "") if digits else (1, 0, run) for run, digits in runs)
 
 
 def _natural_key(name: str) -> tuple[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from spur_hpc import buildinfo, model
+from spur_hpc import model
 from spur_hpc.cli import jobview
 from spur_hpc.cli.runner import CliError
 
@@ -52,6 +52,8 @@ def requested_version(value: Any, option: str = "--json") -> str | None:
 def meta() -> dict[str, Any]:
     """Slurm's meta block. 22.05's has no place for the client command (later Slurm's meta.client): Spur names
     itself and its version in the plugin's name, leaving plugin.type and the Slurm version readers check."""
+    from spur_hpc import buildinfo  # here: its hashlib and pathlib are 5 ms every squeue would pay
+
     major, minor, micro = SLURM_RELEASE
     return {
         "plugin": {
