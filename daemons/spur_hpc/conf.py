@@ -98,6 +98,8 @@ def _number(value: float) -> str:
 
 
 _NAME = r"[A-Za-z0-9_-]{1,63}"
+# [auth] private_data's categories (Slurm's PrivateData, those Spur implements); only spurctld checks them
+PRIVATE_DATA_CATEGORIES = ("jobs", "usage")
 # [accounting] enforce's words (Slurm's AccountingStorageEnforce, those Spur implements)
 ENFORCE_WORDS = ("associations", "limits", "qos", "safe")
 _NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
@@ -328,6 +330,96 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "`ALL` refuse it at submit (a job names one partition, so they are the same here).",
             choices=("NO", "ANY", "ALL"),
         ),
+        "preempt_type": Key(
+            str,
+            "none",
+            "Slurm's PreemptType. `none` never preempts; `qos_priority` lets a pending job that does not fit stop "
+            "running jobs whose QOS its own QOS lists in `preempt` and outranks by priority, as the victim's QOS "
+            "`preempt_mode` (else its partition's `preempt_mode`) says ([controller.md](controller.md), "
+            '"Preemption"). Applies on SIGHUP.',
+            choices=("none", "qos_priority"),
+        ),
+        "priority_type": Key(
+            str,
+            "basic",
+            "Slurm's PriorityType. `basic` orders the queue by submission (lowered by `--nice`), as "
+            "priority/basic; `multifactor` gives each pending job the sum of the weighted factors below, "
+            "recalculated every `priority_calc_period` (docs/controller.md \"Priority\").",
+            choices=("basic", "multifactor"),
+        ),
+        "priority_weight_age": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightAge: what the age factor "
+            "(how long a job has been eligible, up to `priority_max_age`) adds at most to a multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_weight_fairshare": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightFairshare: what the fair-share factor "
+            "(how little the job's association has used against its shares) adds at most to a multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_weight_job_size": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightJobSize: what the job-size factor "
+            "(the job's nodes and CPUs against the cluster's; see `priority_favor_small`) adds at most to a "
+            "multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_weight_partition": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightPartition: what the partition factor "
+            "(its `priority_job_factor` against the highest) adds at most to a multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_weight_qos": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightQOS: what the QOS factor (its priority against the highest QOS priority) "
+            "adds at most to a multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_weight_assoc": Key(
+            int,
+            0,
+            "Slurm's PriorityWeightAssoc: what the association factor "
+            "(its priority against the highest association priority) adds at most to a multifactor priority.",
+            min=0,
+            max=2**32 - 1,
+        ),
+        "priority_max_age": Key(
+            str,
+            "7-0",
+            "Slurm's PriorityMaxAge: a job eligible this long has the full age factor.",
+            time_limit=True,
+        ),
+        "priority_decay_half_life": Key(
+            str,
+            "7-0",
+            "Slurm's PriorityDecayHalfLife: recorded usage halves over this long; `0` never decays it.",
+            time_limit=True,
+        ),
+        "priority_calc_period": Key(
+            str,
+            "5",
+            "Slurm's PriorityCalcPeriod: how often the leader recalculates the pending jobs' priorities "
+            "(minutes, or a time limit's other forms; at least one second).",
+            time_limit=True,
+        ),
+        "priority_favor_small": Key(
+            bool,
+            False,
+            "Slurm's PriorityFavorSmall: the job-size factor favours small jobs (1 for one CPU) instead of large.",
+        ),
     },
     "agent": {
         "node_name": Key(
@@ -524,6 +616,18 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "exist (start munged first).",
             path=True,
         ),
+        "private_data": Key(
+            list,
+            [],
+            "Slurm's PrivateData: what a user (AdminLevel None, see `sacctmgr`) sees of others. `jobs`: only their "
+            "own jobs and steps (and those of the accounts they coordinate) in squeue, scontrol show job/step, sacct "
+            "and sprio; another user's job is answered as one that does not exist, and `scancel -u OTHER` cancels "
+            "nothing. `usage`: only their own associations in sshare and sacctmgr show assoc. Operators and "
+            "administrators see everything. spurctld refuses a category it does not know; spurd and the commands "
+            "ignore the key. Read at start only: restart every controller after changing it. A job's script and "
+            "environment are shown only to its owner, operators and administrators, whatever this says.",
+            shown_default="empty (everything visible, as Slurm)",
+        ),
         "allow_unauthenticated_network": Key(
             bool,
             False,
@@ -628,6 +732,13 @@ PARTITION_KEYS: dict[str, Key] = {
     ),
     "priority_job_factor": Key(
         int, 1, "PriorityJobFactor: recorded and shown (`scontrol show partition`).", min=0, max=65533
+    ),
+    "preempt_mode": Key(
+        str,
+        "off",
+        "PreemptMode: what `qos_priority` preemption does to a job of this partition whose QOS sets no "
+        "`preempt_mode`: `off` protects it, `cancel` ends it PREEMPTED, `requeue` puts it back in the queue.",
+        choices=("off", "cancel", "requeue"),
     ),
 }
 
@@ -895,6 +1006,7 @@ def validate(conf: Config, role: str | None) -> None:
         dup = next(h for h in hosts if hosts.count(h) > 1)
         raise _fail("controller", "hosts", f"{dup} is listed twice", "list every controller once")
     _validate_partitions(conf.partitions)
+    _validate_priority(conf.scheduler)
     if role == "controller":
         _validate_controller(conf, hosts)
         _validate_exposure(conf, "controller")
@@ -903,6 +1015,14 @@ def validate(conf: Config, role: str | None) -> None:
         _validate_exposure(conf, "agent")
     elif role == "client" and not hosts:
         raise _fail("controller", "hosts", "empty", 'list the controllers, like hosts = ["ctl1:6817"]')
+
+
+def _validate_priority(sch: Any) -> None:
+    """priority/multifactor's periods: a recalculation period and a maximum age of at least one second."""
+    for name in ("priority_calc_period", "priority_max_age"):
+        if parse_time_limit(getattr(sch, name), name) < 1:
+            problem = f"{getattr(sch, name)!r} is no period"
+            raise _fail("scheduler", name, problem, "give at least one second, like 0:01")
 
 
 def _validate_controller(conf: Config, hosts: list[str]) -> None:
@@ -953,6 +1073,20 @@ def _validate_controller(conf: Config, hosts: list[str]) -> None:
             "use 250 (a slower reconnect makes a restarted member depose the leader)",
         )
     check_secret_file("controller", "raft_secret_file", c.raft_secret_file)
+    validate_private_data(conf.auth.private_data)
+
+
+def validate_private_data(categories: list[str]) -> None:
+    """spurctld alone refuses a category it does not know: agents and the commands ignore the key, so a spur.conf
+    naming a newer release's category still loads on them, but a controller must not show what it should hide."""
+    for category in categories:
+        if category not in PRIVATE_DATA_CATEGORIES:
+            raise _fail(
+                "auth",
+                "private_data",
+                f"unknown category {_short(category)}",
+                f"use {' or '.join(repr(c) for c in PRIVATE_DATA_CATEGORIES)} (this release knows no other)",
+            )
 
 
 def _validate_partitions(partitions: tuple) -> None:

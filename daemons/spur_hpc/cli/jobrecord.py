@@ -158,6 +158,11 @@ def show_job_lines(
         f"   AccrueTime={units.format_timestamp(job.eligible_time) if eligible(job) else 'Unknown'}",
         f"   StartTime={units.format_timestamp(start)} EndTime={end_time_text(job, now)} "
         f"Deadline={units.format_timestamp(spec.deadline, 'N/A')}",
+    ]
+    if job.preempt_time:  # Slurm prints the line for every started job while preemption is on; Spur, once preempted
+        eligible_at = units.format_timestamp(job.start_time or job.preempt_time)
+        lines.append(f"   PreemptEligibleTime={eligible_at} PreemptTime={units.format_timestamp(job.preempt_time)}")
+    lines += [
         f"   SuspendTime={units.format_timestamp(job.suspend_time, 'None')} SecsPreSuspend={int(pre_suspend)} "
         f"LastSchedEval={units.format_timestamp(job.start_time or job.eligible_time or job.submit_time)} "
         "Scheduler=Main",

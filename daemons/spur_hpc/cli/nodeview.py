@@ -223,7 +223,7 @@ class PartitionView:
     """A partition as ListPartitions gives it, or as the nodes imply it (a controller without ListPartitions)."""
 
     __slots__ = ("name", "nodes", "is_default", "max_time_secs", "default_time_secs", "max_nodes", "min_nodes",
-                 "state", "hidden", "priority_tier", "priority_job_factor")  # fmt: skip
+                 "state", "hidden", "priority_tier", "priority_job_factor", "preempt_mode")  # fmt: skip
 
     def __init__(self, message: Any = None, **fields: Any) -> None:
         for name in self.__slots__:
@@ -255,6 +255,7 @@ def partitions_of(reply: Any, nodes: list[Any]) -> list[PartitionView]:
             hidden=False,
             priority_tier=1,
             priority_job_factor=1,
+            preempt_mode="off",
         )  # fmt: skip
         for name, names in sorted(members.items(), key=lambda item: (item[0] != DEFAULT_PARTITION, item[0]))
     ]
@@ -330,6 +331,11 @@ def _secs(seconds: int) -> str:
 
 def _part_value(entry: Entry, value: Callable[[PartitionView], str]) -> str:
     return "n/a" if entry.part is None else value(entry.part)
+
+
+def preempt_mode_text(part: PartitionView) -> str:
+    """Slurm's PreemptMode word (OFF, CANCEL, REQUEUE); OFF from a controller that sends none."""
+    return (part.preempt_mode or "off").upper()
 
 
 def _size(part: PartitionView) -> str:
@@ -430,7 +436,7 @@ FIELDS = [
     Field("m", "memory", "MEMORY", lambda e: e.spread(lambda n: n.resources.memory_mb),
           lambda n: n.resources.memory_mb, "exact", lambda e: min(n.resources.memory_mb for n in e.nodes)
           if e.nodes else 0),
-    Field("M", "preemptmode", "PREEMPT_MODE", lambda e: "OFF"),
+    Field("M", "preemptmode", "PREEMPT_MODE", lambda e: preempt_mode_text(e.part) if e.part else "OFF"),
     Field("n", "nodehost", "HOSTNAMES", lambda e: _hostlist(e, lambda n: n.name), lambda n: n.name, "hostlist"),
     Field("N", "nodelist", "NODELIST", _node_list,
           sort=lambda e: min(_natural(name) for name in e.names) if e.names else ("", -1, "")),

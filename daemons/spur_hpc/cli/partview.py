@@ -2,14 +2,14 @@
 through nodeview.partitions_of) and the nodes' CPUs and memory.
 
 What Spur's partitions do not have prints Slurm's value for none: no per-partition group, account or QOS lists
-(ALL, N/A), no grace, preemption, over-time or job defaults, OverSubscribe=NO (jobs share a node's free CPUs, one
+(ALL, N/A), no grace, over-time or job defaults, OverSubscribe=NO (jobs share a node's free CPUs, one
 job per CPU), DefMemPerNode=UNLIMITED (a job without --mem may use the node's memory).
 """
 
 from __future__ import annotations
 
 from spur_hpc import model
-from spur_hpc.cli import units
+from spur_hpc.cli import nodeview, units
 from spur_hpc.cli.runner import printable
 
 TYPE_CHECKING = False
@@ -39,7 +39,7 @@ def show_partition_lines(part: Any, nodes: dict[str, Any]) -> list[str]:
         f"   Nodes={model.compress_hostlist(list(part.nodes)) or '(null)'}",
         f"   PriorityJobFactor={int(part.priority_job_factor or 1)} PriorityTier={int(part.priority_tier or 1)} "
         "RootOnly=NO ReqResv=NO OverSubscribe=NO",
-        "   OverTimeLimit=NONE PreemptMode=OFF",
+        f"   OverTimeLimit=NONE PreemptMode={nodeview.preempt_mode_text(part)}",
         f"   State={part.state} TotalCPUs={cpus} TotalNodes={len(part.nodes)} SelectTypeParameters=NONE",
         "   JobDefaults=(null)",
         "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",

@@ -63,6 +63,7 @@ class Partition:
     hidden: bool = False
     priority_tier: int = 1
     priority_job_factor: int = 1
+    preempt_mode: str = "off"  # off | cancel | requeue: what qos_priority preemption does to a job here
     implied: bool = False  # from the agents' [agent] partition, not a table
 
     @property
@@ -163,6 +164,7 @@ class PartitionTable:
                     hidden=c.hidden,
                     priority_tier=c.priority_tier,
                     priority_job_factor=c.priority_job_factor,
+                    preempt_mode=c.preempt_mode,
                 )
             )
         for name in sorted(implied):
@@ -188,6 +190,11 @@ class PartitionTable:
     def tier(self, name: str) -> int:
         table = self._by_name.get(name)
         return table.config.priority_tier if table else 1
+
+    def preempt_mode(self, name: str) -> str:
+        """The partition's PreemptMode (off for a partition no table configures)."""
+        table = self._by_name.get(name)
+        return table.config.preempt_mode if table else "off"
 
 
 def limits_reason(part: Partition, spec: Mapping[str, Any]) -> str | None:
