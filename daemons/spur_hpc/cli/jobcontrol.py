@@ -172,7 +172,8 @@ def config_pairs(conf: Any, info: Any, addresses: list[str], path: str) -> list[
         ("NEXT_JOB_ID", str(info.next_job_id)),
         ("OverTimeLimit", "0 min"),
         ("PreemptMode", "OFF"),
-        ("PreemptType", "preempt/none"),
+        # Slurm's preempt/qos is what [scheduler] preempt_type = "qos_priority" does (docs/controller.md "Preemption")
+        ("PreemptType", "preempt/qos" if conf.scheduler.preempt_type == "qos_priority" else "preempt/none"),
         ("PriorityType", "priority/basic"),  # submission order, less nice (controller/state.py)
         ("PrivateData", "none"),
         ("ReturnToService", "1"),  # a node that stopped responding is back in service when its agent registers
