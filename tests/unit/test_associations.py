@@ -51,7 +51,7 @@ def test_add_account_defaults_and_settings(store):
 def test_add_user_first_account_is_default_and_lines(store):
     assert store["users"]["bob"]["default_account"] == "phys"
     affected = change(store, "add", "user", ["ann"], set_={"account": "chem", "partition": "debug"})
-    assert affected == ["C = spur       A = chem                 U = ann       P = debug"]
+    assert affected == ["U = ann       A = chem       C = spur       P = debug     "]
     assert store["users"]["ann"]["default_account"] == "chem"
     assert change(store, "add", "user", ["ann"], set_={"account": "chem", "partition": "debug"}) == []
 
@@ -197,10 +197,10 @@ def test_delete_user_last_association_deletes_user(store):
     with pytest.raises(P.PlanError, match="default account and the user keeps other associations"):
         change(store, "delete", "user", ["bob"], where={"account": "phys"})
     assert change(store, "delete", "user", ["bob"], where={"account": "chem"}) == [
-        "C = spur       A = chem                 U = bob      "
+        "C = spur       A = chem       U = bob      "
     ]
     assert "bob" in store["users"]
-    change(store, "delete", "user", ["bob"])
+    assert change(store, "delete", "user", ["bob"]) == ["bob"]  # sacctmgr: " Deleting users..."
     assert "bob" not in store["users"]
     assert not [k for k in store["assocs"] if A.split_key(k)[1] == "bob"]
 
@@ -208,7 +208,7 @@ def test_delete_user_last_association_deletes_user(store):
 def test_move_account_and_refuse_loop(store):
     change(store, "add", "account", ["lab"], set_={"parent": "chem"})
     affected = change(store, "modify", "account", where={"name": "chem"}, set_={"parent": "phys"})
-    assert affected == ["C = spur       A = chem                "]
+    assert affected == ["C = spur       A = chem of phys"]
     assert A.account_chain(store, "lab") == ["lab", "chem", "phys", "root"]
     with pytest.raises(P.PlanError, match="cannot move under itself"):
         change(store, "modify", "account", ["phys"], set_={"parent": "lab"})
@@ -282,3 +282,4 @@ def test_partition_association(store):
     assert A.resolve_job(store, "pat", "", "gpu", "", enforce) == ("chem", "normal")
     with pytest.raises(A.Refusal, match="in partition debug"):
         A.resolve_job(store, "pat", "", "debug", "", enforce)
+

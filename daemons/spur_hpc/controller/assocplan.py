@@ -351,14 +351,21 @@ def _split_op(key: str) -> tuple[str, str]:
     return key, ""
 
 
-def assoc_line(cluster: str, row: dict[str, Any]) -> str:
-    """An association as slurmdbd names it in the list sacctmgr prints after a change."""
-    line = f"C = {cluster:<10} A = {row['account']:<20}"
-    if row["user"]:
-        line += f" U = {row['user']:<9}"
-        if row["partition"]:
-            line += f" P = {row['partition']}"
-    return line
+def assoc_line(cluster: str, row: dict[str, Any], style: str = "modify") -> str:
+    """An association as Slurm lists it after a change: "add" as sacctmgr prints what it adds, "modify" and
+    "delete" as slurmdbd names what it changed or removed (an account's own association: `A = acct of parent`)."""
+    account, user, partition = row["account"], row["user"], row["partition"]
+    if style == "add":
+        if not user:
+            return f"A = {account[:10]:<10} C = {cluster[:10]:<10}"
+        line = f"U = {user[:9]:<9} A = {account[:10]:<10} C = {cluster[:10]:<10}"
+        return line + (f" P = {partition[:10]:<10}" if partition else "")
+    if not user:
+        parent = row.get("parent_account") or ""
+        return f"C = {cluster:<10} A = {account} of {parent}" if parent else f"C = {cluster:<10} A = {account}"
+    width = 20 if style == "modify" else 10
+    line = f"C = {cluster:<10} A = {account:<{width}} U = {user:<9}"
+    return line + (f" P = {partition}" if partition else "")
 
 
 # ------------------------------------------------------------------ the planner
@@ -560,7 +567,7 @@ class _Planner:
                     self._settings(ASSOC_KEYS, settings, assoc)
                     self._check_default_qos(key, assoc, {**self.store["assocs"], key: assoc})
                     self._put("assoc", key, assoc)
-                    affected.append(assoc_line(self.cluster, assoc))
+                    affected.append(assoc_line(self.cluster, assoc, "add"))
         if not affected and not any(p["kind"] == "user" for p in self.puts):
             return self._done([])
         return self._done(affected)
@@ -618,6 +625,9 @@ class _Planner:
         return self._done(affected)
 
     def delete_user(self, chosen: list[str], where: dict[str, str]) -> Plan:
+        """The user's associations `where` selects; the user goes with its last one. sacctmgr lists the users
+        deleted, or (where names an account or partition) the associations."""
+        by_assoc = any(where.get(k) for k in ("account", "accounts", "partition"))
         users, keys = self._user_assocs(chosen, where)
         going = set(keys)
         affected = []
@@ -633,7 +643,10 @@ class _Planner:
                 self._delete("user", name)
         for key in keys:
             self._delete("assoc", key)
-            affected.append(assoc_line(self.cluster, self.store["assocs"][key]))
+            if by_assoc:
+                affected.append(assoc_line(self.cluster, self.store["assocs"][key], "delete"))
+        if not by_assoc:
+            affected = [name for name in users if keys and any(A.split_key(k)[1] == name for k in keys)]
         return self._done(affected)
 
     # ---------------------------------------------------------- QOS
