@@ -151,6 +151,25 @@ level = "info"
 """
 
 
+# The [auth] cases take the controller role's own [auth] entry (its vars/main.yml; the agent and login roles' are
+# checked to be the same but for the role's name): an operator's private_data must survive every rewrite.
+AUTH_ENTRY = next(s for s in load_yaml(ROLES / "spur_controller" / "vars" / "main.yml")["_spur_controller_sections"]
+                  if s["name"] == "auth")  # fmt: skip
+AUTH_CONF = """[cluster]
+name = "hpc1"
+
+[auth]
+type = "none"   # before MUNGE was keyed
+private_data = ["jobs", "usage"]
+admins = ["root", "@hpc-ops"]
+"""
+# name -> (the file before, spur_conf_overwrite of each run in turn, the inventory's variables)
+AUTH_CASES = {
+    "auth.kept": (AUTH_CONF, [True, True], {"spur_auth_type": "munge"}),
+    "auth.inventory": (None, [False, True], {"spur_auth_type": "munge", "spur_auth_private_data": ["jobs"]}),
+}
+
+
 # The partition cases take the controller role's own sections of spur_controller_partitions (its vars/main.yml).
 WITH_PARTITIONS = "{{ base_sections + _spur_controller_partition_sections }}"
 REPORT = "{{ {'written': __spur_conf_written, 'changed': __spur_conf_changed} | to_json }}"
@@ -205,6 +224,19 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         tasks.append({
             "ansible.builtin.copy": {"content": REPORT, "dest": str(tmp / f"{name}.again.conf.json"), "mode": "0644"},
         })  # fmt: skip
+    # The [auth] cases: each run (a deploy, then a rolling upgrade with spur_overwrite_conf) leaves a copy.
+    for name, (text, overwrites, inventory) in AUTH_CASES.items():
+        path = str(tmp / f"{name}.conf")
+        if text is not None:
+            Path(path).write_text(text)
+        for run, overwrite in enumerate(overwrites, 1):
+            tasks.append({"ansible.builtin.include_role": {"name": "spur.cluster.spur_conf"}, "vars": {
+                **inventory, "spur_conf_path": path, "spur_conf_sections": [*CONTROLLER_SECTIONS, AUTH_ENTRY],
+                "spur_conf_overwrite": overwrite, "spur_conf_python": sys.executable}})  # fmt: skip
+            for content, dest in (("{{ __spur_conf_content }}", path), ("{{ __spur_conf_content }}", f"{path}.{run}"),
+                                  (REPORT, f"{path}.{run}.json")):  # fmt: skip
+                tasks.append({"ansible.builtin.copy": {"content": content, "dest": dest, "mode": "0644"},
+                              "vars": inventory})  # fmt: skip
     playbook = tmp / "playbook.yml"
     tasks.insert(0, {"ansible.builtin.include_vars": str(ROLES / "spur_controller" / "vars" / "main.yml")})
     play = {"hosts": "localhost", "gather_facts": False, "tasks": tasks,
@@ -223,7 +255,10 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    return {name: tmp / f"{name}.conf" for name in [*cases, "kept.again", "parts.kept.again"]}
+    runs = [f"{name}.conf.{run}" for name, (_, overwrites, _) in AUTH_CASES.items() for run in (1, 2)]
+    return {name: tmp / f"{name}.conf" for name in [*cases, "kept.again", "parts.kept.again"]} | {
+        run.replace(".conf", ""): tmp / run for run in runs
+    }
 
 
 def report(path: Path) -> dict:
@@ -299,6 +334,23 @@ def test_overwrite_replaces_the_whole_partitions_table(merged) -> None:
     # The other owned sections come out with the values they had: only [partitions] counts as changed.
     assert report(merged["parts.overwritten"])["changed"] == ["partitions"]
     assert report(merged["kept"]) == {"written": ["log"], "changed": ["log"]}
+
+
+def test_an_operators_auth_section_survives_every_rewrite(merged) -> None:
+    """private_data written by hand, and admins, stay through a rewrite of [auth] from the inventory (a rolling
+    upgrade with spur_overwrite_conf); the inventory's spur_auth_private_data is written and stays too."""
+    first = tomllib.loads(merged["auth.kept.1"].read_text())
+    assert first["auth"] == {"type": "munge", "private_data": ["jobs", "usage"], "admins": ["root", "@hpc-ops"]}
+    assert merged["auth.kept.2"].read_text() == merged["auth.kept.1"].read_text(), "a second rewrite changes nothing"
+    assert report(merged["auth.kept.2"]) == {"written": ["cluster", "controller", "log", "auth"], "changed": []}
+    for run in ("auth.inventory.1", "auth.inventory.2"):
+        assert tomllib.loads(merged[run].read_text())["auth"] == {"type": "munge", "private_data": ["jobs"]}, run
+    assert merged["auth.inventory.2"].read_text() == merged["auth.inventory.1"].read_text()
+    assert conf.load(str(merged["auth.inventory.2"])).auth.private_data == ("jobs",), "spurctld's loader reads it"
+    for role in ("spur_agent", "spur_login"):  # every role that writes [auth] keeps it alike
+        entries = load_yaml(ROLES / role / "vars" / "main.yml")[f"_{role}_sections"]
+        entry = next(s for s in entries if s["name"] == "auth")
+        assert entry["keep"] is True and entry["settings"] == AUTH_ENTRY["settings"].replace("controller", role[5:])
 
 
 def test_the_partition_options_are_the_keys_spurctld_reads() -> None:
