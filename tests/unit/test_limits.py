@@ -375,6 +375,16 @@ def test_without_denyonlimit_a_job_over_maxwall_is_taken_and_with_it_refused() -
     assert "over MaxWall 10 minutes" in words and "DenyOnLimit" in words
 
 
+def test_a_job_without_a_qos_is_checked_strictly_as_slurm_does() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), max_wall_secs=600)
+    assert problem(s, time_limit_secs=1200) is None
+    assert problem(s, qos="", time_limit_secs=1200) == "AssocMaxWallDurationPerJobLimit"
+    assert limits.submit_problem(s, spec(qos="", time_limit_secs=1200))[1].startswith(
+        "AssocMaxWallDurationPerJobLimit: the job's time limit (20 minutes) is over MaxWall 10 minutes"
+    )
+
+
 def test_denyonlimit_treats_a_grp_limit_as_a_max_limit() -> None:
     s = cluster()
     set_qos(s, "long", flags=["DenyOnLimit"])

@@ -352,38 +352,38 @@ def _submitted_usage(s: ClusterState, prof: dict[str, Any], spec: dict[str, Any]
 
 
 def submit_problem(s: ClusterState, spec: dict[str, Any], new_jobs: int = 1) -> tuple[str, str] | None:
-    """Why a job about to be submitted is refused, as (its limit's reason, one line naming the limit), or None.
-    new_jobs: how many jobs the submission stands for (an array's tasks)."""
+    """Why a job about to be submitted is refused, as (its limit's reason, one line that starts with the reason, as
+    sbatch's first line does in Slurm, and says which limit and what to do), or None. new_jobs: how many jobs the
+    submission stands for (an array's tasks). The limits on running jobs refuse only under strict checking: the
+    job's QOS has DenyOnLimit (or the job has no QOS, as in Slurm), a Grp limit then taken as a Max one."""
     if not enforced() or s.assoc is None:
         return None
     memo: dict = {}
-    prof, key, qos = _profile_of(s.assoc, spec, memo)
+    prof, _key, qos = _profile_of(s.assoc, spec, memo)
     if prof["submit"]:
         counts = _submitted_usage(s, prof, spec, memo)
         for _kind, scope, _what, limit, reason in prof["submit"]:
             have = counts.get(_scope_key(scope, spec), 0)
             if have + new_jobs > limit:
                 return reason, (
-                    f"{_scope_words(scope, spec)} may have at most {limit} jobs pending or running ({reason}) and "
-                    f"has {have}; wait for some to end"
+                    f"{reason}: {_scope_words(scope, spec)} may have at most {limit} jobs pending or running and has "
+                    f"{have}; wait for some to end"
                 )
-    if not prof["deny"]:
+    if qos and not prof["deny"]:
         return None
     request = requested_tres(spec)
-    owner = f"QOS {qos}, which has DenyOnLimit"
+    under = f"QOS {qos} has DenyOnLimit" if qos else "the job has no QOS"
     for kind, scope, what, limit, reason in prof["checks"]:
         if kind == "wall" and wall_over(spec, limit):
             asked = int(spec.get("time_limit_secs") or 0)
             return reason, (
-                f"the job's time limit ({_duration(asked) if asked else 'none'}) is over MaxWall "
-                f"{_duration(limit)} ({reason}) under {owner}; ask for less with -t"
+                f"{reason}: the job's time limit ({_duration(asked) if asked else 'none'}) is over MaxWall "
+                f"{_duration(limit)} and {under}; ask for less with -t"
             )
         if kind in ("job", "tres") and request.get(what, 0) > limit:
-            return reason, (
-                f"the job asks for {what}={request[what]}, over {limit} ({reason}) under {owner}; ask for less"
-            )
+            return reason, f"{reason}: the job asks for {what}={request[what]}, over {limit}, and {under}; ask for less"
         if kind == "count" and limit == 0:
-            return reason, f"{_scope_words(scope, spec)} may run no job ({reason}) under {owner}"
+            return reason, f"{reason}: {_scope_words(scope, spec)} may run no job and {under}"
     return None
 
 
