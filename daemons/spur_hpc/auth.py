@@ -10,8 +10,8 @@ This module stays light (no grpc, no protobuf) because the CLI imports it on eve
 
 from __future__ import annotations
 
+import _thread  # threading's Lock without threading's import (functools, collections): every command loads this
 import os
-import threading
 
 METADATA_KEY = "spur-auth"
 DEFAULT_MUNGE_SOCKET = "/run/munge/munge.socket.2"
@@ -48,7 +48,7 @@ def munge_socket() -> str:
 class Munge:
     """libmunge through ctypes: encode (clients) and decode (daemons), about 0.1 ms each via munged."""
 
-    _lock = threading.Lock()
+    _lock = _thread.allocate_lock()
     _lib = None
 
     def __init__(self, socket_path: str) -> None:

@@ -641,14 +641,23 @@ def split_host_port(value: str, default_port: int | None = None) -> tuple[str, i
     return host, int(port_text)
 
 
-def _check_host(host: str) -> None:
-    import ipaddress  # here: the CLI imports this module on every command and rarely parses an address
+def _ipv4_octet(text: str) -> bool:
+    """0 to 255 in decimal without leading zeros, as ipaddress reads an IPv4 address's parts."""
+    return text.isascii() and text.isdigit() and len(text) <= 3 and int(text) <= 255 and (text == "0" or text[0] != "0")
 
-    try:
-        ipaddress.ip_address(host)
-        return
-    except ValueError:
-        pass
+
+def _check_host(host: str) -> None:
+    if ":" in host or not host.strip("0123456789."):  # could be an IP address (IPv6 has a colon)
+        parts = host.split(".")
+        if len(parts) == 4 and all(_ipv4_octet(part) for part in parts):
+            return  # plain IPv4, the usual controller address: without ipaddress's import on every command
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(host)
+            return
+        except ValueError:
+            pass
     # ASCII host names only (RFC 1123): anything else would reach the resolver as IDNA and fail there.
     for label in host.split("."):
         if (

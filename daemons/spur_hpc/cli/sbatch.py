@@ -31,12 +31,12 @@ def wrap_script(command: str) -> str:
 def directive_options(script: str, source: str) -> jobopts.JobOptions:
     """Options of the #SBATCH lines before the first command (Slurm stops reading them there). Every option
     is allowed there; a bad one names its line."""
-    import shlex
-
     merged = jobopts.JobOptions(PROGRAM)
     for number, line in enumerate(script.splitlines()[1:], start=2):
         stripped = line.strip()
         if stripped.startswith("#SBATCH"):
+            import shlex  # here: its re and enum are 4 ms a script without #SBATCH lines (--wrap) does not need
+
             try:
                 words = shlex.split(stripped[len("#SBATCH") :], comments=True)
             except ValueError as exc:
@@ -149,8 +149,6 @@ def check_script(script: str, source: str) -> None:
 def build_spec(
     options: jobopts.JobOptions, script: str, default_name: str, environ: dict[str, str], argv: list[str]
 ) -> dict[str, Any]:
-    import socket
-
     from spur_hpc.cli import caller
 
     fields = options.spec_fields()
@@ -181,7 +179,7 @@ def build_spec(
         "partition": "",
         "account": "",
         "argv": list(argv),
-        "submit_host": socket.gethostname(),
+        "submit_host": os.uname().nodename,  # gethostname() without the socket module's import
         "alloc_sid": os.getsid(0),  # scontrol show job's AllocNode:Sid
     }
     spec.update({key: value for key, value in fields.items() if value is not None})
@@ -232,8 +230,6 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if not quiet:
         options.print_warnings()
 
-    import uuid
-
     from spur_hpc.cli.controller import ControllerClient
     from spur_hpc.wire.grpcwire import RpcError
 
@@ -243,7 +239,7 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         cluster = commandline.resolve_cluster(client, str(options.get("clusters")), options.label("clusters"))
         spec["cluster_name"] = cluster
     test_only = bool(options.get("test_only"))
-    request = {"spec": spec, "idempotency_key": str(uuid.uuid4()), "test_only": test_only}
+    request = {"spec": spec, "idempotency_key": os.urandom(16).hex(), "test_only": test_only}
     try:
         reply = client.call("SubmitJob", request, write=True)
     except RpcError as exc:
