@@ -34,6 +34,7 @@ BENCHES: list[tuple[str, list[str], int]] = [
     ("submit", [], 600),
     ("commit", [], 300),
     ("plan", [], 600),
+    ("limits", [], 600),
     ("cli", [], 900),
     ("squeue", [], 1800),
     ("heartbeats", [], 900),
