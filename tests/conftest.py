@@ -64,6 +64,15 @@ def cluster(make_cluster):
 
 
 @pytest.fixture(autouse=True)
+def _own_runtime_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's commands keep their leader hint (cli/controller.py) in a runtime dir of the test's own,
+    never in the user's, and never one another's."""
+    directory = tmp_path_factory.mktemp("runtime")
+    directory.chmod(0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(directory))
+
+
+@pytest.fixture(autouse=True)
 def _no_agent_leftovers():
     """After every test: the supervisors and jobs of the agents it started are gone (they outlive spurd)."""
     yield

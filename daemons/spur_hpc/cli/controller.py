@@ -12,6 +12,7 @@ job instead of creating a second one.
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from spur_hpc import auth, model
@@ -138,6 +139,80 @@ def _decode_with_runtime(reply_type: str, data: bytes) -> Any:
         raise protocodec.ProtoError(str(exc)) from None
 
 
+# ------------------------------------------------------------------ the leader hint
+
+# A write sent to a follower is passed on to the leader inside the cluster (about 25 ms more per sbatch on this
+# machine), so the address that last turned out to be the leader is kept between commands in a small file of
+# the user's own. It only orders the tries: it names no identity (MUNGE authenticates the caller, not the
+# controller), it is read only when it names a configured controller, and a wrong or dead one costs one try.
+LEADER_HINT_FILE = "spur-leader"
+LEADER_HINT_FRESH_SECS = 60.0  # older than this, the next write asks the controller that served it (one Ping)
+
+
+def leader_hint_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """$XDG_RUNTIME_DIR, else /tmp/spur-$UID (made 0700 when absent): a directory only this user can write,
+    or None (the hint is then neither read nor kept)."""
+    environ = os.environ if environ is None else environ
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    directory = runtime if runtime.startswith("/") else f"/tmp/spur-{os.getuid()}"
+    try:
+        if directory != runtime:
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                pass
+        info = os.lstat(directory)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return None  # a link, someone else's, or writable by others: not a place to take a hint from
+    return directory
+
+
+def _hint_key(addresses: list[str]) -> str:
+    return ",".join(addresses)  # one hint per set of controllers (a user may talk to several clusters)
+
+
+def read_leader_hint(addresses: list[str], now: float, environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """(the hinted leader, whether the hint is fresh) for these controllers; ("", False) when none applies."""
+    directory = leader_hint_dir(environ)
+    if directory is None:
+        return "", False
+    try:
+        fd = os.open(os.path.join(directory, LEADER_HINT_FILE), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            fields = fh.read(4096).decode("utf-8", "replace").split()
+    except OSError:
+        return "", False
+    if len(fields) != 3 or fields[2] != _hint_key(addresses) or fields[1] not in addresses:
+        return "", False
+    try:
+        written = float(fields[0])
+    except ValueError:
+        return "", False
+    return fields[1], 0 <= now - written < LEADER_HINT_FRESH_SECS
+
+
+def write_leader_hint(addresses: list[str], leader: str, now: float, environ: Mapping[str, str] | None = None) -> None:
+    """Keep leader as the hint for these controllers (mode 0600, replaced atomically); any failure is ignored:
+    the hint is an optimisation, never a reason for a command to fail."""
+    directory = leader_hint_dir(environ)
+    if directory is None or leader not in addresses:
+        return
+    path = os.path.join(directory, LEADER_HINT_FILE)
+    scratch = f"{path}.{os.getpid()}"
+    try:
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"{now:.0f} {leader} {_hint_key(addresses)}\n")
+        os.replace(scratch, path)
+    except OSError:
+        try:
+            os.unlink(scratch)
+        except OSError:
+            pass
+
+
 class ControllerClient:
     """Calls SlurmController methods by name with dict requests; answers are protocodec Messages (generated
     messages when large: both read alike)."""
@@ -155,6 +230,7 @@ class ControllerClient:
         self.call_timeout = call_timeout
         self.connections: dict[str, grpcwire.Connection] = {}
         self.last_answered: str | None = None
+        self.leader_hint: tuple[str, bool] | None = None  # (address, fresh) once read, for writes
 
     def close(self) -> None:
         for connection in self.connections.values():
@@ -188,8 +264,13 @@ class ControllerClient:
         body = protocodec.encode(request_type, request or {}, schema)
         path = f"/{schema.package}.{SERVICE}/{method}"
         patience = self.write_patience if write else self.read_patience
+        prefer = self.last_answered
+        if write and prefer is None:
+            if self.leader_hint is None:
+                self.leader_hint = read_leader_hint(self.addresses, time.time())
+            prefer = self.leader_hint[0] or None
         policy = failover.Failover(
-            self.addresses, time.monotonic() + patience, write=write, prefer=self.last_answered, pause=RETRY_PAUSE_SECS
+            self.addresses, time.monotonic() + patience, write=write, prefer=prefer, pause=RETRY_PAUSE_SECS
         )
         for address in policy:
             try:
@@ -208,12 +289,28 @@ class ControllerClient:
                 )
                 continue
             self.last_answered = address
+            if write:
+                self._learn_leader(address)
             return _decode(reply_type, data, address)
         raise grpcwire.RpcError(
             "UNAVAILABLE",
             f"no controller could answer {method} ({policy.summary()}); check that spurctld runs and that "
             "SPUR_CONTROLLER_ADDR or [controller] hosts point at it",
         )
+
+    def _learn_leader(self, address: str) -> None:
+        """After a write that address served: keep the leader for the next command, asking address who leads
+        (one Ping on the open connection) unless a fresh hint already named address."""
+        if self.leader_hint is None or self.leader_hint == (address, True):
+            return  # the hint was not consulted (an earlier call answered) or is confirmed by this answer
+        try:
+            reply = self.call_one(address, "Ping")
+        except (grpcwire.RpcError, OSError):
+            return
+        leader = address if reply.role == "leader" else _with_port(reply.leader) if reply.leader else ""
+        if leader:
+            write_leader_hint(self.addresses, leader, time.time())
+        self.leader_hint = (leader, True)
 
 
 def list_partitions(client: ControllerClient, names: list[str] | None = None) -> Any:
