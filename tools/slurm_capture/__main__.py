@@ -4,7 +4,8 @@ Starts Debian's Slurm 22.05 (installed with apt-get when missing) as a four-node
 127.0.0.1, runs tools/slurm_capture/session.py against it and writes one JSON per command (and session.json) to
 tests/golden/slurm-22.05/. tests/integration/test_slurm_replay.py replays the same session on Spur. capture-json
 runs tools/slurm_capture/json_session.py (--json, as root and as nobody) into tests/golden/slurm-22.05-json/,
-replayed by tests/integration/test_slurm_json_replay.py.
+replayed by tests/integration/test_slurm_json_replay.py. capture-priority runs priority_session.py (sprio and
+sshare under priority/multifactor) into tests/golden/slurm-22.05-priority/.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.slurm_capture import json_session, session
+from tools.slurm_capture import json_session, priority_session, session
 from tools.slurm_capture.peer import (
     ACCOUNTING_PACKAGES,
     SLURM_BIN,
@@ -32,9 +33,16 @@ from tools.slurm_capture.runner import Side, WaitTimedOut, run_session
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "slurm-22.05"
 GOLDEN_JSON = ROOT / "tests" / "golden" / "slurm-22.05-json"
+GOLDEN_PRIORITY = ROOT / "tests" / "golden" / "slurm-22.05-priority"
 
 
-def capture(out: Path, allow_install: bool, run=run_session, files: dict[str, str] = session.FILES) -> int:
+def capture(
+    out: Path,
+    allow_install: bool,
+    run=run_session,
+    files: dict[str, str] = session.FILES,
+    shape: PeerShape | None = None,
+) -> int:
     packages = ensure_packages(allow_install, SLURM_PACKAGES + ACCOUNTING_PACKAGES)
     with tempfile.TemporaryDirectory(prefix="spur-slurm-capture-") as tmp:
         root = Path(tmp)
@@ -44,7 +52,7 @@ def capture(out: Path, allow_install: bool, run=run_session, files: dict[str, st
         for name, text in files.items():
             (work / name).write_text(text)
             (work / name).chmod(0o755)
-        shape = PeerShape(
+        shape = shape or PeerShape(
             session.CLUSTER, session.NODES, session.slurm_node_lines(), "SlurmdParameters=config_overrides", True
         )
         peer = SlurmPeer(root / "slurm", shape)
@@ -79,8 +87,9 @@ def capture(out: Path, allow_install: bool, run=run_session, files: dict[str, st
         "kernel": f"{os.uname().release} {os.uname().version}",
         "scratch": str(root),
         "work": str(work),
-        "cluster": session.CLUSTER,
-        "slurm_conf_nodes": session.slurm_node_lines(),
+        "cluster": shape.cluster_name,
+        "slurm_conf_nodes": shape.node_lines,
+        "slurm_conf_extra": shape.extra_conf,
         "jobs": side.jobs,
         "wait_secs": side.waits,
         "captures": len(results),
@@ -99,9 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     js = sub.add_parser("capture-json", help="run the --json session on Debian's Slurm and write its captures")
     js.add_argument("--out", type=Path, default=GOLDEN_JSON, help=f"where the captures go (default {GOLDEN_JSON})")
     js.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
+    pr = sub.add_parser("capture-priority", help="run the sprio/sshare session (multifactor, slurmdbd)")
+    pr.add_argument("--out", type=Path, default=GOLDEN_PRIORITY, help=f"where the captures go ({GOLDEN_PRIORITY})")
+    pr.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error(f"{opts.command} runs Slurm's daemons as root (SlurmUser=root): run it as root")
+    if opts.command == "capture-priority":
+        p = priority_session
+        shape = PeerShape(p.CLUSTER, p.NODES, p.node_lines(), p.SLURM_CONF, True)
+        return capture(opts.out, not opts.no_install, p.run_priority_session, p.FILES, shape)
     if opts.command == "capture-json":
         return capture(opts.out, not opts.no_install, json_session.run_json_session, json_session.FILES)
     return capture(opts.out, not opts.no_install)

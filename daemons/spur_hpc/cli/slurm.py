@@ -55,3 +55,15 @@ def salloc_main(argv: list[str] | None = None) -> int:
     from spur_hpc.cli import salloc
 
     return run(salloc.PROGRAM, salloc.main, argv)
+
+
+def sprio_main(argv: list[str] | None = None) -> int:
+    from spur_hpc.cli import sprio
+
+    return run(sprio.PROGRAM, sprio.main, argv)
+
+
+def sshare_main(argv: list[str] | None = None) -> int:
+    from spur_hpc.cli import sshare
+
+    return run(sshare.PROGRAM, sshare.main, argv)

@@ -11,7 +11,8 @@ import grpc
 
 from spur_hpc import buildinfo, grpcutil
 from spur_hpc.controller import errors, partitions, peer_names, placement
-from spur_hpc.controller.service import ControllerService, copy_job
+from spur_hpc.controller.authz import OPERATOR
+from spur_hpc.controller.service import ControllerService, copy_job, missing_job
 from spur_hpc.controller.steplaunch import step_to_pb, steps_key, steps_to_pb
 from spur_hpc.controller.suspension import shown_state, suspend_time, suspended_secs
 from spur_hpc.proto import raft_internal_pb2, raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
@@ -198,6 +199,33 @@ def node_to_pb(node: dict[str, Any], last_heartbeat: float = 0.0) -> slurm_pb2.N
     )
 
 
+def priorities_reply(rows: list[dict[str, Any]] | None, weights: dict[str, int]) -> slurm_pb2.ListPrioritiesReply:
+    """ControllerService.list_priorities' rows (None: priority_type basic, which has no factors) as the reply."""
+    if rows is None:
+        return slurm_pb2.ListPrioritiesReply(priority_type="basic")
+    names = {"partition": "partition_factor", "qos": "qos_factor", "assoc": "assoc_factor"}
+    return slurm_pb2.ListPrioritiesReply(
+        priority_type="multifactor",
+        weights=slurm_pb2.PriorityWeights(**weights),
+        jobs=[
+            slurm_pb2.JobPriority(
+                **{k: r[k] for k in ("job_id", "user", "account", "partition", "qos", "priority", "nice")},
+                **{names.get(k, k): v for k, v in r["factors"].items()},
+            )
+            for r in rows
+        ],
+    )
+
+
+def shares_reply(rows: list[dict[str, Any]]) -> slurm_pb2.ListSharesReply:
+    """ControllerService.list_shares' rows (fairshare.shares) as the reply; parent is the parent account's name."""
+    fields = ("account", "user", "partition", "raw_shares", "norm_shares", "raw_usage", "norm_usage",
+              "effective_usage", "fairshare", "depth")  # fmt: skip
+    return slurm_pb2.ListSharesReply(
+        shares=[slurm_pb2.Share(**{k: r[k] for k in fields}, parent=r["parent"].split("|")[0]) for r in rows]
+    )
+
+
 def partition_to_pb(part: partitions.Partition) -> slurm_pb2.Partition:
     return slurm_pb2.Partition(
         name=part.name,
@@ -212,6 +240,7 @@ def partition_to_pb(part: partitions.Partition) -> slurm_pb2.Partition:
         hidden=part.hidden,
         priority_tier=part.priority_tier,
         priority_job_factor=part.priority_job_factor,
+        preempt_mode=part.preempt_mode,
     )
 
 
@@ -239,10 +268,24 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             raise errors.Unavailable("this controller is still starting (probing its peers); try another one")
         return service
 
-    def _require_job_owner(self, who, job_id: int, action: str) -> None:
-        job = self.service.get_job(job_id)
-        spec = job["spec"]
-        self.node.authz.require_owner_or_admin(who, spec.get("user", ""), spec.get("uid", -1), f"{action} {job_id}")
+    def _store(self) -> dict[str, Any] | None:
+        """The association store (AdminLevel, coordinators; None before WAL level 5). assoc_apply replaces its
+        tables whole, so reading one outside the state lock sees one version or the next, never half a change."""
+        return self.service.read(lambda s: s.assoc)
+
+    def _require_job_owner(self, who, job_id: int, action: str, store: dict[str, Any] | None = None) -> None:
+        """Its owner, an operator or an administrator may act on a job."""
+        spec = self.service.get_job(job_id)["spec"]
+        store = self._store() if store is None else store
+        self.node.authz.require_owner_or_operator(
+            who, spec.get("user", ""), spec.get("uid", -1), f"{action} {job_id}", store
+        )
+
+    def _require_operator(self, who, action: str) -> dict[str, Any] | None:
+        """Operators and administrators only; the store the check read, for the caller's further checks."""
+        store = self._store()
+        self.node.authz.require_level(who, OPERATOR, action, store)
+        return store
 
     @rpc
     def Ping(self, request, context):
@@ -332,14 +375,14 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def DrainNode(self, request, context):
         who = self.node.authz.caller(context)
-        self.node.authz.require_admin(who, "drain nodes")
+        self._require_operator(who, "drain nodes")
         set_by = request.set_by or who.user
         self.service.drain(request.name, request.reason, set_by)
         return node_to_pb(self.service.get_node(request.name))
 
     @rpc
     def ResumeNode(self, request, context):
-        self.node.authz.require_admin(self.node.authz.caller(context), "resume nodes")
+        self._require_operator(self.node.authz.caller(context), "resume nodes")
         self.service.resume(request.name, request.only_if_reason_prefix)
         self.node.poke_scheduler()
         return node_to_pb(self.service.get_node(request.name))
@@ -358,7 +401,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def UpdateNode(self, request, context):
         who = self.node.authz.caller(context)
-        self.node.authz.require_admin(who, "update nodes")
+        self._require_operator(who, "update nodes")
         set_by = request.set_by or who.user
         state = _state_name(request.state, _NODE_STATES, "node state")
         if state in ("DRAINED", "DRAINING"):
@@ -385,7 +428,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         self.node.authz.submit_as(who, spec)
         spec["alloc_node"] = peer_names.host_of(context.peer())  # Slurm's AllocNode: the client's address, resolved
         if spec.get("nice", 0) < 0:  # a negative nice raises the job's priority over other users' jobs
-            self.node.authz.require_admin(who, "submit with a negative --nice")
+            self._require_operator(who, "submit with a negative --nice")
         if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
             spec = self.service.validate_spec(spec)
             now = self.service.clock()
@@ -398,6 +441,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def ListJobs(self, request, context):
         who = self.node.authz.caller(context)
+        store = self._store()
+        visible = self.node.authz.job_filter(who, store)  # [auth] private_data "jobs": others' jobs are absent
         jobs = self.service.list_jobs(
             job_ids=list(request.job_ids),
             users=list(request.users),
@@ -406,21 +451,31 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             names=list(request.names),
             include_finished=request.include_finished,
             view=self.brief_jobs.view if request.brief else copy_job,
+            visible=visible,
         )
         if request.brief:
             filtered = request.job_ids or request.users or request.states or request.partitions or request.names
-            return self.brief_jobs.reply(jobs, whole_queue=not filtered)
-        return slurm_pb2.ListJobsReply(jobs=[self._job_for(who, j) for j in jobs])
+            return self.brief_jobs.reply(jobs, whole_queue=not (filtered or visible))
+        operator = self.node.authz.at_least(who, OPERATOR, store)
+        return slurm_pb2.ListJobsReply(jobs=[self._job_for(who, j, operator) for j in jobs])
 
     @rpc
     def GetJob(self, request, context):
-        return self._job_for(self.node.authz.caller(context), self.service.get_job(request.job_id))
+        who = self.node.authz.caller(context)
+        store = self._store()
+        job = self.service.get_job(request.job_id)
+        visible = self.node.authz.job_filter(who, store)
+        if visible is not None and not visible(job["spec"]):
+            raise missing_job(request.job_id)  # as Slurm: a hidden job is answered as one that does not exist
+        return self._job_for(who, job, self.node.authz.at_least(who, OPERATOR, store))
 
-    def _job_for(self, who, job: dict[str, Any]) -> slurm_pb2.Job:
+    @staticmethod
+    def _job_for(who, job: dict[str, Any], operator: bool) -> slurm_pb2.Job:
         """A job as this caller may see it: its script and environment (which hold tokens and passwords as often
-        as not) only for its owner and administrators; everyone else gets the brief form, as squeue does."""
+        as not) only for its owner, operators and administrators; everyone else gets the brief form, as squeue
+        does."""
         spec = job["spec"]
-        private = self.node.authz.owns_or_admin(who, spec.get("user", ""), spec.get("uid", -1))
+        private = operator or who.uid == spec.get("uid", -1) or who.user == spec.get("user", "")
         return job_to_pb(job, brief=not private)
 
     @rpc
@@ -493,7 +548,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         """scontrol suspend / resume: operators and administrators only, as in Slurm; the leader writes the change
         and then stops (SIGSTOP) or continues (SIGCONT) every process of the job and its steps on their nodes."""
         what = "resume" if request.resume else "suspend"
-        self.node.authz.require_admin(self.node.authz.caller(context), f"{what} job {request.job_id}")
+        self._require_operator(self.node.authz.caller(context), f"{what} job {request.job_id}")
         result = self.service.suspend(request.job_id, request.resume)
         self.node.duties.suspend_job(request.job_id, result["attempt"], result["nodes"], request.resume)
         return job_to_pb(self.service.get_job(request.job_id))
@@ -501,15 +556,17 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def HoldJob(self, request, context):
         who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "hold job")
-        self.service.hold(request.job_id, True, by_admin=self.node.authz.is_admin(who))
+        store = self._store()
+        self._require_job_owner(who, request.job_id, "hold job", store)
+        self.service.hold(request.job_id, True, by_admin=self.node.authz.at_least(who, OPERATOR, store))
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def ReleaseJob(self, request, context):
         who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "release job")
-        self.service.hold(request.job_id, False, by_admin=self.node.authz.is_admin(who))
+        store = self._store()
+        self._require_job_owner(who, request.job_id, "release job", store)
+        self.service.hold(request.job_id, False, by_admin=self.node.authz.at_least(who, OPERATOR, store))
         self.node.poke_scheduler()
         return job_to_pb(self.service.get_job(request.job_id))
 
@@ -524,15 +581,18 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
     @rpc
     def UpdateJob(self, request, context):
         who = self.node.authz.caller(context)
-        self._require_job_owner(who, request.job_id, "update job")
+        store = self._store()
+        self._require_job_owner(who, request.job_id, "update job", store)
         values = spec_from_pb(request.spec)
-        self.service.update_job(request.job_id, list(request.fields), values, self.node.authz.is_admin(who))
+        operator = self.node.authz.at_least(who, OPERATOR, store)
+        self.service.update_job(request.job_id, list(request.fields), values, operator)
         self.node.poke_scheduler()
         return job_to_pb(self.service.get_job(request.job_id))
 
     @rpc
     def JobHistory(self, request, context):
-        self.node.authz.caller(context)
+        who = self.node.authz.caller(context)
+        visible = self.node.authz.job_filter(who, self._store())  # [auth] private_data "jobs"
         cluster_id = None if request.all_clusters else self.service.read(lambda s: s.cluster_id)
         records = self.node.accounting.history(
             cluster_id,
@@ -543,13 +603,86 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             states=list(request.states),
             names=list(request.names),
         )
-        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(r) for r in records])
+        return slurm_pb2.ListJobsReply(jobs=[job_to_pb(r) for r in records if visible is None or visible(r["spec"])])
+
+    # ---------------------------------------------------------- priorities and shares (sprio, sshare)
+
+    @rpc
+    def ListPriorities(self, request, context):
+        who = self.node.authz.caller(context)
+        visible = self.node.authz.job_filter(who, self._store())  # [auth] private_data "jobs"
+        rows = self.service.list_priorities(list(request.job_ids), list(request.users), visible)
+        return priorities_reply(rows, self.service.priority.weights)
+
+    @rpc
+    def ListShares(self, request, context):
+        """sshare: without -a or -u, the caller's own associations and every account's, as Slurm's."""
+        who = self.node.authz.caller(context)
+        visible = self.node.authz.assoc_filter(who, self._store())  # [auth] private_data "usage"
+        users = list(request.users) or [who.user]
+        return shares_reply(self.service.list_shares(users, list(request.accounts), request.all_users, visible))
+
+    # ---------------------------------------------------------- accounts, users, QOS (sacctmgr)
+
+    @rpc
+    def ListAssociations(self, request, context):
+        who = self.node.authz.caller(context)
+        visible = self.node.authz.assoc_filter(who, self._store())  # [auth] private_data "usage"
+        found = self.service.list_associations(list(request.users), list(request.accounts))
+        return slurm_pb2.ListAssociationsReply(
+            cluster=found["cluster"],
+            qos=[_row_pb(slurm_pb2.Qos, r) for r in found["qos"]],
+            accounts=[_row_pb(slurm_pb2.Account, r) for r in found["accounts"]],
+            users=[_row_pb(slurm_pb2.User, r) for r in found["users"]],
+            associations=[_row_pb(slurm_pb2.Association, r) for r in found["assocs"] if visible is None or visible(r)],
+        )
+
+    @rpc
+    def ModifyAssociations(self, request, context):
+        """sacctmgr's changes: operators and administrators (sacctmgr AdminLevel, or [auth] admins), as slurmdbd
+        lets an Operator change any object; making someone an Administrator takes an Administrator."""
+        who = self.node.authz.caller(context)
+        asked = {k.lower(): v for k, v in [*request.where.items(), *request.set.items()]}.get("adminlevel", "")
+        wanted = "Administrator" if asked.strip().lower().startswith("admin") else "Operator"
+        self.node.authz.require_level(who, wanted, "change accounts, users or QOS", self._store())
+        result = self.service.modify_associations(
+            request.verb, request.entity, list(request.names), dict(request.where), dict(request.set), request.dry_run
+        )
+        return slurm_pb2.ModifyAssociationsReply(**result)
 
     @rpc
     def SetWalLevel(self, request, context):
         self.node.authz.require_admin(self.node.authz.caller(context), "raise the WAL level")
         result = self.service.set_wal_level(request.level)
         return slurm_pb2.SetWalLevelReply(level=result["level"], changed=result["changed"])
+
+    # ---------------------------------------------------------------- membership (controller/membership.py)
+
+    @rpc
+    def RaftStatus(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), "see the Raft membership")
+        membership = self.node.membership_or_unavailable()
+        if not self.service.raft.is_leader() and self.service.raft.leader_addr():
+            membership.require_leader(self.node.leader_grpc)  # match indexes and lag are the leader's to tell
+        st = membership.status()
+        return slurm_pb2.RaftStatusReply(
+            members=[slurm_pb2.RaftMember(**row) for row in st["members"]],
+            term=st["term"],
+            commit_index=st["commit_index"],
+            leader=st["leader"],
+            change_in_flight=st["change_in_flight"],
+        )
+
+    @rpc
+    def ChangeMembership(self, request, context):
+        self.node.authz.require_admin(self.node.authz.caller(context), f"{request.action or 'change'} a controller")
+        membership = self.node.membership_or_unavailable()
+        membership.require_leader(self.node.leader_grpc)
+        _members, message = membership.change(
+            request.action, request.raft_addr, request.grpc_addr, request.catch_up_timeout_secs
+        )
+        rows = membership.status()["members"]
+        return slurm_pb2.ChangeMembershipReply(members=[slurm_pb2.RaftMember(**r) for r in rows], message=message)
 
 
 class RaftInternalServicer(raft_internal_pb2_grpc.RaftInternalServicer):
@@ -564,6 +697,12 @@ class RaftInternalServicer(raft_internal_pb2_grpc.RaftInternalServicer):
         if request.from_raft_addr:
             log.info("ClusterProbe from %s: answered has_cluster=%s", request.from_raft_addr, reply.has_cluster)
         return reply
+
+
+def _row_pb(message: type, row: dict[str, Any]) -> Any:
+    """A store row (controller/associations.py) as its proto message: the row's fields are the message's."""
+    known = message.DESCRIPTOR.fields_by_name
+    return message(**{k: v for k, v in row.items() if k in known})
 
 
 def version_fields() -> dict[str, str]:

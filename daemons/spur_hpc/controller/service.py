@@ -9,13 +9,26 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from spur_hpc import joblimits, model
 from spur_hpc.conf import Config
-from spur_hpc.controller import associations, eligibility, errors, partitions, placement, scheduler, wal
+from spur_hpc.controller import (
+    associations,
+    assocplan,
+    eligibility,
+    errors,
+    fairshare,
+    limits,
+    partitions,
+    placement,
+    priority,
+    scheduler,
+    wal,
+)
 from spur_hpc.controller.raft import DiskFullError, NoLeaderError, SpurRaft, StalledError, UnknownOutcomeError
 from spur_hpc.controller.state import ClusterState, submission_key
 from spur_hpc.controller.suspension import shown_state
@@ -71,6 +84,11 @@ class ControllerService:
         # Slurm's JobRequeue, resolved into each job at submit (a stand-in config of a test may lack the key)
         self.requeue_default = getattr(conf.controller, "job_requeue", True)
         self.set_partitions(conf)
+        # Pending and running jobs per user, account, partition and QOS: what submit limits count (limits.py)
+        self.submit_counts = limits.SubmitCounts()
+        if hasattr(raft, "add_state_listener"):  # a test's stand-in raft has none: a fresh count each time
+            raft.add_state_listener(self.submit_counts.note)
+        self._assoc_lock = threading.Lock()
         # [accounting] enforce with what each word implies (Slurm's AccountingStorageEnforce)
         self.enforce = associations.enforced(getattr(getattr(conf, "accounting", None), "enforce", ()))
         self.on_heartbeat: Callable[[str, list[tuple[int, int]]], None] | None = None
@@ -78,10 +96,13 @@ class ControllerService:
         self.node_alive: Callable[[str], bool] | None = None
 
     def set_partitions(self, conf: Config) -> None:
-        """[partitions.NAME] tables (or the agents' partitions) and [scheduler] enforce_part_limits: the leader
-        decides with them (controller/partitions.py); at start, and again on SIGHUP."""
+        """[partitions.NAME] tables (or the agents' partitions), [scheduler] enforce_part_limits and preempt_type:
+        the leader decides with them (controller/partitions.py); at start, and again on SIGHUP."""
         self.partitions = partitions.PartitionTable.from_conf(conf)
         self.enforce_part_limits = getattr(getattr(conf, "scheduler", None), "enforce_part_limits", "NO")
+        limits.configure(getattr(getattr(conf, "accounting", None), "enforce", ()))  # [accounting] enforce "limits"
+        self.priority = priority.settings(conf)  # [scheduler] priority_* (controller/priority.py)
+        self.preempt_type = getattr(getattr(conf, "scheduler", None), "preempt_type", "none")  # preemption.py
 
     # -------------------------------------------------------------- the write path
 
@@ -129,6 +150,68 @@ class ControllerService:
         if level > wal.MAX_WAL_LEVEL:
             raise errors.InvalidArgument(f"WAL level {level} is above what this release reads ({wal.MAX_WAL_LEVEL})")
         return self.write("set_wal_level", target=level)
+
+    # -------------------------------------------------------------- accounts, users, QOS (sacctmgr; WAL level 5)
+
+    def modify_associations(
+        self, verb: str, entity: str, names: list[str], where: dict[str, str], set_: dict[str, str], dry_run: bool
+    ) -> dict[str, Any]:
+        """sacctmgr add / modify / delete: the leader plans the change against the store (assocplan.plan_change)
+        and writes it as one assoc_apply record; dry_run answers what would change and writes nothing.
+        -> {"affected": lines as sacctmgr lists them, "changed": bool, "message": "" or Slurm's "Nothing ..."}."""
+        self.require_leader()
+        with self._assoc_lock:  # one plan at a time: two plans from one store would hand out the same ids
+            _refuse_below_store_level(self.read(lambda s: s.wal_level))
+
+            def plan(s: ClusterState) -> assocplan.Plan:
+                planned = assocplan.plan_change(s.assoc, verb, entity, names, where, set_, s.cluster_name)
+                busy = _active_jobs_of(s, planned[1])
+                if busy:  # slurmdbd's refusal: a running or pending job still needs what would go
+                    raise assocplan.PlanError(
+                        f"Job(s) active, cancel job(s) before remove: job {', '.join(map(str, busy[:5]))} "
+                        f"{'uses' if len(busy) == 1 else 'use'} what this deletes"
+                    )
+                return planned
+
+            try:
+                puts, deletes, affected = self.read(plan)
+            except assocplan.PlanError as exc:
+                raise errors.InvalidArgument(str(exc)) from None
+            if not puts and not deletes:
+                nothing = {"add": "Nothing new added.", "delete": "Nothing deleted"}
+                return {"affected": [], "changed": False, "message": nothing.get(verb.lower(), "Nothing modified")}
+            if not dry_run:
+                self.write("assoc_apply", puts=puts, deletes=deletes)
+            return {"affected": affected, "changed": not dry_run, "message": ""}
+
+    def list_associations(self, users: list[str], accounts: list[str]) -> dict[str, Any]:
+        """The store (a copy) for sacctmgr show: every QOS, account and user, and the associations of the users
+        and accounts named (all when none), each with its raw usage; refused before WAL level 5."""
+        wanted_users, wanted_accounts = set(users), set(accounts)
+
+        def collect(s: ClusterState) -> dict[str, Any]:
+            if s.assoc is None:
+                _refuse_below_store_level(s.wal_level)
+            store = s.assoc
+            assocs = [
+                {**row, "raw_usage": (store["usage"].get(key) or [0.0])[0]}
+                for key, row in store["assocs"].items()
+                if (not wanted_users or row["user"] in wanted_users)
+                and (not wanted_accounts or row["account"] in wanted_accounts)
+            ]
+            return {
+                "cluster": store["cluster"],
+                "qos": [dict(r) for r in store["qos"].values()],
+                "accounts": [dict(r) for r in store["accounts"].values()],
+                "users": [dict(r) for r in store["users"].values()],
+                "assocs": sorted(assocs, key=lambda r: r["id"]),
+            }
+
+        return self.read(collect)
+
+    def admin_level(self, user: str) -> str:
+        """sacctmgr's AdminLevel of a user in the store (None before WAL level 5)."""
+        return self.read(lambda s: associations.admin_level(s.assoc, user))
 
     # -------------------------------------------------------------- nodes
 
@@ -455,7 +538,9 @@ class ControllerService:
     def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
         """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
         self._check_text("idempotency_key", key, 128)
+        time_given = bool(spec.get("time_limit_secs"))
         spec = self.validate_spec(spec)
+        self._check_limits(spec, time_given)
         uid = spec.get("uid", 0) if submitter_uid is None else submitter_uid
         if key:
             earlier = self.read(lambda s: s.find_submission(uid, key))
@@ -463,8 +548,102 @@ class ControllerService:
                 return earlier, True
         # The record carries the scoped key, so every member (of any release) indexes it the same way.
         scoped = submission_key(uid, key) if key else ""
-        result = self.write("job_submit", spec=spec, key=scoped, time=self.clock())
+        now = self.clock()
+        first: dict[str, int] = {}
+        if self.priority.multifactor:  # the job's first multifactor priority travels in its record (state.py)
+            value = self.read(
+                lambda s: priority.new_job_priority(s, spec, now, self.partitions, self.priority)
+                if s.wal_level >= 5
+                else 0
+            )
+            first = {"priority": value} if value else {}
+        result = self.write("job_submit", spec=spec, key=scoped, time=now, **first)
         return result["job_id"], result["duplicate"]
+
+    # -------------------------------------------------------------- priorities and shares (sprio, sshare)
+
+    def list_priorities(
+        self, job_ids: list[int], users: list[str], visible: Callable[[dict[str, Any]], bool] | None = None
+    ) -> list[dict[str, Any]] | None:
+        """sprio: each pending job with a priority (a held job's is 0: not listed, as Slurm's), its priority and
+        its factors worked out now (priority.factors), by job id. None under priority_type basic, which has no
+        factors (sprio then says what Slurm's says of priority/basic)."""
+        if not self.priority.multifactor:
+            return None
+        now, wanted_ids, wanted_users = self.clock(), set(job_ids), set(users)
+
+        def collect(s: ClusterState) -> list[dict[str, Any]]:
+            ctx = priority.Context(s, now, self.partitions, self.priority)
+            rows = []
+            ids = sorted(wanted_ids) if wanted_ids else sorted(s.jobs)
+            for job_id in ids:
+                job = s.jobs.get(job_id)
+                if job is None or job["state"] != PENDING or not job.get("priority"):
+                    continue
+                spec = job["spec"]
+                if (wanted_users and spec.get("user") not in wanted_users) or (visible and not visible(spec)):
+                    continue
+                key = priority.job_assoc_key(s.assoc, spec)
+                rows.append(
+                    {
+                        "job_id": job_id,
+                        "user": spec.get("user", ""),
+                        "account": spec.get("account", ""),
+                        "partition": placement.job_partition(spec),
+                        "qos": priority.job_qos(s.assoc, spec, key),
+                        "priority": int(job["priority"]),
+                        "nice": int(spec.get("nice") or 0),
+                        "factors": priority.factors(job, ctx),
+                    }
+                )
+            return rows
+
+        return self.read(collect)
+
+    def list_shares(
+        self, users: list[str], accounts: list[str], all_users: bool, visible: Callable | None = None
+    ) -> list[dict[str, Any]]:
+        """sshare: the association tree's rows (fairshare.shares) in Slurm's order. Without -a and -u only the
+        accounts and the caller's own associations (`users` then holds the caller), as sshare shows them; -A
+        keeps the named accounts' subtrees."""
+        now = self.clock()
+
+        def collect(s: ClusterState) -> list[dict[str, Any]]:
+            if s.assoc is None:
+                return []
+            rows = sorted(fairshare.shares(s.assoc, now).values(), key=lambda r: r["order"])
+            return [dict(r) for r in rows]
+
+        rows = self.read(collect)
+        if accounts:
+            unknown = sorted(set(accounts) - {r["account"] for r in rows})
+            if len(unknown) == len(set(accounts)):
+                return []
+            rows = [r for r in rows if r["account"] in accounts]
+        if not all_users:
+            rows = [r for r in rows if not r["user"] or r["user"] in users]
+        if visible is not None:
+            rows = [r for r in rows if visible(r)]
+        return rows
+
+    def _check_limits(self, spec: dict[str, Any], time_given: bool) -> None:
+        """Association and QOS limits at submit ([accounting] enforce "limits", controller/limits.py): a job without
+        -t gets its MaxWall as its time limit (the partition's default when MaxWall is over its MaxTime), as Slurm's
+        does; a submission over GrpSubmitJobs, MaxSubmitJobs or MaxSubmitJobsPerUser (or, under a QOS with
+        DenyOnLimit, over any limit) is refused with Slurm's words."""
+        jobs = len(parse_array(spec["array"])[0]) if spec.get("array") else 1
+
+        def check(s: ClusterState) -> tuple[str, str] | None:
+            wall = None if time_given else limits.max_wall(s, spec)
+            if wall is not None:
+                part = next((p for p in self.partitions.listing(s.nodes) if p.name == spec["partition"]), None)
+                if part is None or not part.max_time_secs or wall <= part.max_time_secs:
+                    spec["time_limit_secs"] = wall
+            return limits.submit_problem(s, spec, jobs, self.submit_counts)
+
+        problem = self.read(check)
+        if problem is not None:
+            raise errors.SlurmRefusal(problem[1], limits.SLURM_ACCOUNTING_POLICY)
 
     def shown_reason(self, s: ClusterState, job: dict[str, Any], now: float, memo: dict) -> dict[str, Any]:
         """The job as squeue shows it: a pending job's reason is worked out now (a dependency, a begin time, a
@@ -755,6 +934,32 @@ class ControllerService:
             raise errors.InvalidArgument(f"time limit {new_limit} s is out of range; use 0 for no limit")
         changes = {f: spec[f] for f in fields}
         return self.write("job_update", job_id=job_id, changes=changes, time=self.clock())
+
+
+def _active_jobs_of(s: ClusterState, deletes: list[dict[str, Any]]) -> list[int]:
+    """The pending and running jobs (ids, in order) whose association or QOS is among `deletes`."""
+    pairs = {associations.split_key(d["key"])[:2] for d in deletes if d["kind"] == "assoc"}
+    qos = {d["key"] for d in deletes if d["kind"] == "qos"}
+    if not pairs and not qos:
+        return []
+    return sorted(
+        j["job_id"]
+        for j in s.jobs.values()
+        if j["state"] not in FINISHED_STATES
+        and (
+            (j["spec"].get("account", ""), j["spec"].get("user", "")) in pairs
+            or (j["spec"].get("account", ""), "") in pairs
+            or j["spec"].get("qos") in qos
+        )
+    )
+
+
+def _refuse_below_store_level(level: int) -> None:
+    """The association store exists from WAL level 5 on: before it, the usual line saying how to get there."""
+    try:
+        wal.check_level(wal.make_record("assoc_apply"), level)
+    except wal.WalLevelError as exc:
+        raise errors.Conflict(str(exc)) from None
 
 
 def _is_array(s: ClusterState, job_id: int) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spur_hpc.controller import associations, placement, wal
+from spur_hpc.controller import associations, fairshare, placement, priority, wal
 from spur_hpc.controller.steps import StepOps
 
 # Job and node states (names match slurm.proto's JobState and NodeState) and the groups: spur_hpc.model
@@ -30,6 +30,7 @@ from spur_hpc.model import (
     NODE_FAIL,
     OUT_OF_MEMORY,
     PENDING,
+    PREEMPTED,
     REASON_AGENT_STOPPED,
     REASON_DRAINED,
     REASON_HELD_USER,
@@ -47,6 +48,7 @@ from spur_hpc.model import (
 # dependencies and requeues that an older release would misread, so it refuses the snapshot instead. From WAL
 # level 5 on it is format 3: it holds the association store, which a release before it would drop.
 STATE_FORMAT = 3
+MAX_PRIORITY = 0xFFFFFFFF  # Slurm's job priority is 32 bits (controller/priority.py)
 # A requeued job waits this long before it may start again (reason BeginTime), so the supervisor of its
 # previous run is stopped first: two runs of one job never write the same output at once.
 REQUEUE_DELAY_SECS = 5.0
@@ -77,7 +79,10 @@ class ClusterState(StepOps):
         self.format = STATE_FORMAT
         self.cluster_name = ""
         self.cluster_id = ""
-        self.members: list[str] = []  # raft addresses, fixed at first bootstrap
+        self.members: list[str] = []  # raft addresses of the voters (member_change adds and removes them)
+        # A controller being added: it receives the log without voting until member_change promotes it
+        # (controller/membership.py). At most one at a time: while one joins, no other change is taken.
+        self.learners: dict[str, dict[str, Any]] = {}  # raft addr -> {"grpc_addr"}
         self.member_info: dict[str, dict[str, Any]] = {}  # raft addr -> grpc_addr, version, build, max_level
         self.wal_level = 1
         self.next_job_id = 1
@@ -166,6 +171,7 @@ class ClusterState(StepOps):
             (
                 self.cluster_id,
                 self.members,
+                self.learners,
                 self.wal_level,
                 self.next_job_id,
                 self.nodes,
@@ -215,6 +221,44 @@ class ClusterState(StepOps):
         changed = self.member_info.get(r["raft_addr"]) != info
         self.member_info[r["raft_addr"]] = info
         return ok(changed=changed)
+
+    def _op_member_change(self, r: dict[str, Any]) -> dict[str, Any]:
+        """learn (a new controller receives the log), promote (it votes from now on), remove (a voter, or a learner
+        that is not promoted). The proposer names the voters it saw (expect): a change decided on another
+        membership is refused, so two changes proposed at once never both apply."""
+        action, addr = r["action"], r["raft_addr"]
+        if not self.cluster_id:
+            return err("conflict", "the cluster is not initialised yet")
+        if action == "remove" and addr in self.learners:  # the end of an add that did not finish
+            del self.learners[addr]
+            self.member_info.pop(addr, None)
+            return ok(members=list(self.members), changed=True)
+        if sorted(r["expect"]) != self.members:
+            return err("conflict", f"the membership changed meanwhile (now {', '.join(self.members)}); ask again")
+        pending = [a for a in self.learners if a != addr]
+        if pending:
+            return err("conflict", f"a change is in flight: {pending[0]} is joining; wait for it, or remove it")
+        if action == "learn":
+            if addr in self.members:
+                return err("conflict", f"{addr} is a member already")
+            self.learners[addr] = {"grpc_addr": r["grpc_addr"]}
+            if addr not in self.member_info:
+                self.member_info[addr] = {"grpc_addr": r["grpc_addr"], "version": "", "build": "", "max_level": 0}
+        elif action == "promote":
+            if addr not in self.learners:
+                return err("conflict", f"{addr} is not joining (add it first)")
+            del self.learners[addr]
+            self.members = sorted([*self.members, addr])
+        elif action == "remove":
+            if addr not in self.members:
+                return err("not_found", f"{addr} is not a member (members: {', '.join(self.members)})")
+            if len(self.members) == 1:
+                return err("conflict", f"{addr} is the last controller; a cluster cannot remove its last member")
+            self.members = [m for m in self.members if m != addr]
+            self.member_info.pop(addr, None)
+        else:
+            return err("invalid", f"unknown member_change action {action!r}")
+        return ok(members=list(self.members), changed=True)
 
     def _op_set_wal_level(self, r: dict[str, Any]) -> dict[str, Any]:
         level = int(r["target"])
@@ -431,6 +475,9 @@ class ClusterState(StepOps):
             if spec.get("hold"):
                 job.update(held=True, reason=REASON_HELD_USER)
             job["eligible_time"] = max(job["submit_time"], float(spec.get("begin_time") or 0.0))
+        if self.wal_level >= 5 and r.get("priority"):
+            # priority/multifactor: the leader computed it (controller/priority.py); kept for a release of a hold
+            job["mf_priority"] = max(1, min(MAX_PRIORITY, int(r["priority"])))
         job["priority"] = 0 if job["held"] else self._next_priority(job)
         self.next_job_id += 1
         self.jobs[job_id] = job
@@ -441,7 +488,10 @@ class ClusterState(StepOps):
 
     def _next_priority(self, job: dict[str, Any]) -> int:
         """Slurm's priority/basic: one below the last priority given, less the job's nice (nice lowers it, and a
-        negative one raises it); the count itself ignores nice, so one job's nice moves no other job."""
+        negative one raises it); the count itself ignores nice, so one job's nice moves no other job. Under
+        priority/multifactor (a job with mf_priority) its last multifactor priority instead."""
+        if "mf_priority" in job:
+            return int(job["mf_priority"])
         nice = int(job["spec"].get("nice") or 0)
         priority = self.lowest_priority - 1 if self.lowest_priority >= 2 else 1
         if nice <= 0 or priority > nice + 1:
@@ -488,11 +538,41 @@ class ClusterState(StepOps):
         for name in job.get("nodes") or []:  # Slurm's LastBusyTime: when a job last left the node
             if name in self.nodes:
                 self.nodes[name]["last_busy"] = when
+        self._charge_usage(job, when)  # before the release, which forgets the CPUs the job held
         self._release(job)
         if self.wal_level >= 4:  # a level-3 member keeps the words of the report (see end_reason)
             reason = end_reason(job, state, exit_code, reason)
         job.update(state=state, end_time=when, exit_code=exit_code, signal=signal, reason=reason or NO_REASON)
         self._steps_job_finished(job)
+
+    def _charge_usage(self, job: dict[str, Any], when: float) -> None:
+        """A run that ends charges its CPU seconds to its association and every ancestor (fairshare.py), at the
+        record's time: the fair-share factor's usage. Before WAL level 5 there is no store to charge."""
+        if self.wal_level < 5 or self.assoc is None or not job.get("start_time"):
+            return
+        key = priority.job_assoc_key(self.assoc, job["spec"])
+        if key is None:
+            return
+        qos = self.assoc["qos"].get(priority.job_qos(self.assoc, job["spec"], key)) or {}
+        amount = fairshare.job_charge(job, float(qos.get("usage_factor", 1.0)), when)
+        fairshare.charge(self.assoc, key, amount, when)
+
+    def _op_job_priorities(self, r: dict[str, Any]) -> dict[str, Any]:
+        """The leader's periodic priority/multifactor recalculation: [[job id, priority], ...] of pending jobs
+        (a job no longer pending is skipped; a held one keeps 0 until released), and the decay half-life the
+        store's usage is charged with from now on (fairshare.py)."""
+        changed = 0
+        for job_id, value in r.get("priorities") or []:
+            job = self.jobs.get(int(job_id))
+            if job is None or job["state"] != PENDING:
+                continue
+            job["mf_priority"] = max(1, min(MAX_PRIORITY, int(value)))
+            if not job["held"]:
+                job["priority"] = job["mf_priority"]
+                changed += 1
+        if self.assoc is not None and "half_life" in r:
+            self.assoc[fairshare.HALF_LIFE_KEY] = max(0.0, float(r["half_life"]))
+        return ok(changed=changed)
 
     def _op_job_requeue(self, r: dict[str, Any]) -> dict[str, Any]:
         job = self.jobs.get(int(r["job_id"]))
@@ -517,7 +597,8 @@ class ClusterState(StepOps):
         if state not in FINISHED_STATES:
             return err("invalid", f"{state} is not an end state")
         if job["cancel_requested"] and state != NODE_FAIL:
-            state = CANCELLED
+            # the cancel of a preemption (job_preempt, mode cancel) ends the run PREEMPTED, as Slurm's
+            state = PREEMPTED if job.get("preempt_cancel") == job["attempt"] else CANCELLED
         elif state == NODE_FAIL:
             job.pop("cancelled_by_uid", None)  # its node ended it before the cancel did: nobody's (Slurm's requid -1)
         # The leader's NODE_FAIL of a job its node lost (the agent came back without it) may ask for a requeue;
@@ -545,6 +626,28 @@ class ClusterState(StepOps):
         return ok(
             already_finished=False, state=RUNNING, signal_agent=True, nodes=list(job["nodes"]), attempt=job["attempt"]
         )
+
+    def _op_job_preempt(self, r: dict[str, Any]) -> dict[str, Any]:
+        """qos_priority preemption of a running job for job r['by_job_id'] (controller/preemption.py chose it).
+        requeue: back to PENDING at once, as scontrol requeue (a job that may not be requeued, --no-requeue or an
+        interactive allocation, is cancelled instead, as Slurm's); cancel: the leader kills its processes and the
+        end report ends it PREEMPTED. Either way the answer names the run the leader stops."""
+        job = self.jobs.get(int(r["job_id"]))
+        if job is None:
+            return err("not_found", f"job {r['job_id']} does not exist")
+        mode = r["mode"]
+        if mode not in ("cancel", "requeue"):
+            return err("invalid", f"preempt mode {mode!r} is not cancel or requeue")
+        if job["state"] != RUNNING or job["attempt"] != int(r["attempt"]) or job["cancel_requested"]:
+            return err("conflict", f"job {job['job_id']} attempt {r['attempt']} is not running (or already ending)")
+        when = float(r["time"])
+        was = {"attempt": job["attempt"], "nodes": list(job["nodes"])}
+        job.update(preempted_by=int(r["by_job_id"]), preempt_time=when)
+        if mode == "requeue" and requeueable(job):
+            self._requeue(job, when, hold=False)
+            return ok(mode="requeue", **was)
+        job.update(cancel_requested=True, preempt_cancel=job["attempt"])
+        return ok(mode="cancel", **was)
 
     # -------------------------------------------------------------- suspend / resume (WAL level 4)
 
@@ -713,6 +816,8 @@ class ClusterState(StepOps):
     def _requeue(self, job: dict[str, Any], when: float, hold: bool, reprioritise: bool = False) -> None:
         """A job that started (or ended) goes back to PENDING for another run; see REQUEUE_DELAY_SECS. Held, its
         priority is 0; requeued after its node failed, it gets a new one (as Slurm's does); else it keeps its own."""
+        if job["state"] == RUNNING:  # the run that ends here is charged as if it had finished
+            self._charge_usage(job, when)
         self._release(job)
         self._steps_job_requeued(job, when)
         job.pop("cancelled_by_uid", None)  # the next run has not been cancelled by anyone
@@ -794,7 +899,7 @@ def end_reason(job: dict[str, Any], state: str, exit_code: int, detail: str) -> 
     (JobLaunchFailure when it never ran: a signal, a refused launch); a cancelled or completed job keeps the one it
     had (None while it ran). What went wrong at a launch, with the memory or on the node, stays in Spur's own
     words (Slurm's state_desc); the report's restatements of the state (time limit, cancel requested) do not."""
-    if state in (CANCELLED, COMPLETED):
+    if state in (CANCELLED, COMPLETED, PREEMPTED):
         return job["reason"]
     if state == TIMEOUT:
         return _END_REASONS[TIMEOUT]
