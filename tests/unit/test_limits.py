@@ -420,3 +420,35 @@ def test_the_store_keeps_the_limits_rows_it_was_given() -> None:
     for field in ("grp_tres", "grp_jobs", "grp_submit_jobs", "max_jobs_per_user", "max_submit_jobs_per_user",
                   "max_wall_secs", "max_tres_per_job", "max_tres_per_user", "flags"):  # fmt: skip
         assert field in qos
+
+
+def test_submit_counts_kept_from_the_records_equal_a_fresh_count_after_every_record() -> None:
+    s = cluster()
+    counts = limits.SubmitCounts()
+
+    def apply(op, **kw):
+        record = rec(op, **kw)
+        result = s.apply(record)
+        counts.note(s, record, result)
+        assert counts.groups(s) == limits.SubmitCounts().groups(s), op
+        return result
+
+    counts.groups(s)
+    ids = [apply("job_submit", spec=spec(), key="", time=1.0)["job_id"] for _ in range(3)]
+    array = apply("job_submit", spec=spec(user="bob", array="0-4"), key="", time=1.0)["job_id"]
+    assert counts.groups(s)[("alice", "phys", "default", "normal")] == 3
+    assert counts.groups(s)[("bob", "phys", "default", "normal")] == 5
+    apply("job_start", job_id=ids[0], nodes=["n1"], attempt=1, time=2.0)
+    task = apply("job_array_split", job_id=array, nodes=["n1"], attempt=1, time=2.0)["job_id"]
+    apply("job_end", job_id=ids[0], attempt=1, state="COMPLETED", exit_code=0, signal=0, time=3.0, reason="")
+    apply("job_cancel", job_id=ids[1], by="alice", time=3.0)
+    apply("job_update", job_id=ids[2], changes={"partition": "other"}, time=3.0)
+    apply("job_array_cancel", array_job_id=array, tasks=[2, 3], by="bob", time=3.0)
+    apply("node_lost", name="n1", time=4.0, reason="gone")
+    apply("jobs_purge", before=10.0)
+    # bob: tasks 1 and 4 wait in the array, task 0 was requeued when n1 was lost; 2 and 3 were cancelled
+    assert counts.groups(s) == {("alice", "phys", "other", "normal"): 1, ("bob", "phys", "default", "normal"): 3}
+    assert s.jobs[task]["state"] == "PENDING"
+    rebuilds = counts.rebuilds
+    apply("job_submit", spec=spec(), key="", time=5.0)
+    assert counts.rebuilds == rebuilds, "a submission is counted without reading every job"

@@ -328,30 +328,110 @@ def _submitted_count(job: dict[str, Any]) -> int:
     return 1
 
 
-def _one_user(scope: tuple) -> bool:
-    """A scope only the submitting user's jobs count in: their QOS use, their own association."""
-    return scope[0] == "qos_user" or (scope[0] == "assoc" and bool(associations.split_key(scope[1])[1]))
+# Records that change no job's group or count (any other op without a job id makes SubmitCounts read every job).
+_NO_JOB_OPS = frozenset(
+    {
+        "cluster_init",
+        "member_announce",
+        "member_change",
+        "set_wal_level",
+        "node_register",
+        "node_deregister",
+        "node_drain",
+        "node_resume",
+        "node_dispatch_hold",
+        "step_create",
+        "step_end",
+        "assoc_apply",
+        "job_priorities",
+    }
+)
+Group = tuple[str, str, str, str]  # (user, account, partition, QOS) of a job's spec
 
 
-def _submitted_usage(s: ClusterState, prof: dict[str, Any], spec: dict[str, Any], memo: dict) -> dict[tuple, int]:
-    """Pending and running jobs per scope of the submit checks: the user's jobs when every scope is theirs alone,
-    else every job."""
-    wanted = {_scope_key(scope, spec) for _kind, scope, *_rest in prof["submit"]}
-    mine = all(_one_user(scope) for scope in wanted)
-    ids = s.jobs_by_user.get(spec.get("user", ""), ()) if mine else s.jobs.keys()
-    counts: dict[tuple, int] = {}
-    for job_id in ids:
-        job = s.jobs[job_id]
-        if job["state"] in FINISHED_STATES:
-            continue
+class SubmitCounts:
+    """Pending and running jobs per (user, account, partition, QOS): what the submit limits count, kept from the
+    applied records as scheduler.JobIndex keeps its queues (not replicated: note() runs under the state lock right
+    after each record, SpurRaft.add_state_listener; groups(s), also under the lock, brings it up to s). Whenever it
+    cannot tell which jobs a record changed (a node failure, a purge, a snapshot loaded, a record it did not see) it
+    reads every job once instead, so unwired (a test's stand-in raft) it is a full count each time."""
+
+    def __init__(self) -> None:
+        self._state: Any = None
+        self._applied = -1
+        self._seen = 0
+        self._touched: set[int] = set()
+        self._rebuild = True
+        self._of: dict[int, tuple[Group, int]] = {}
+        self._groups: dict[Group, int] = {}
+        self.rebuilds = 0
+
+    def note(self, s: ClusterState, record: Any, result: Any) -> None:
+        self._seen += 1
+        if self._rebuild or s is not self._state:
+            self._rebuild = True
+            return
+        op = record.get("op") if isinstance(record, dict) else None
+        if op in _NO_JOB_OPS:
+            return
+        fields = (record.get("job_id"), record.get("array_job_id"), (result or {}).get("job_id"))
+        ids = [v for v in fields if isinstance(v, int)]
+        if not ids or op == "jobs_purge":
+            self._rebuild = True
+            return
+        for job_id in ids:
+            self._touched.add(job_id)
+            self._touched.update(s.array_tasks.get(job_id, ()))
+
+    def groups(self, s: ClusterState) -> dict[Group, int]:
+        if self._rebuild or s is not self._state or s.applied != self._applied + self._seen:
+            self._state, self._rebuild, self._of, self._groups = s, False, {}, {}
+            for job_id in s.jobs:
+                self._add(s, job_id)
+            self.rebuilds += 1
+        else:
+            for job_id in self._touched:
+                old = self._of.pop(job_id, None)
+                if old is not None:
+                    left = self._groups[old[0]] - old[1]
+                    if left:
+                        self._groups[old[0]] = left
+                    else:
+                        del self._groups[old[0]]
+                self._add(s, job_id)
+        self._touched = set()
+        self._applied, self._seen = s.applied, 0
+        return self._groups
+
+    def _add(self, s: ClusterState, job_id: int) -> None:
+        job = s.jobs.get(job_id)
+        if job is None or job["state"] in FINISHED_STATES:
+            return
+        js = job["spec"]
+        group = (js.get("user", ""), js.get("account") or "", js.get("partition", ""), js.get("qos") or "")
         n = _submitted_count(job)
-        for scope in _scopes(s.assoc, job["spec"], memo):
+        self._of[job_id] = (group, n)
+        self._groups[group] = self._groups.get(group, 0) + n
+
+
+def _submitted_usage(
+    s: ClusterState, prof: dict[str, Any], spec: dict[str, Any], memo: dict, counts: SubmitCounts
+) -> dict[tuple, int]:
+    """Pending and running jobs per scope of the submit checks, from the jobs' groups: the scopes are worked out
+    once per (user, account, partition, QOS), not once per job."""
+    wanted = {_scope_key(scope, spec) for _kind, scope, *_rest in prof["submit"]}
+    found: dict[tuple, int] = {}
+    for (user, account, partition, qos), n in counts.groups(s).items():
+        one = {"user": user, "account": account, "partition": partition, "qos": qos}
+        for scope in _scopes(s.assoc, one, memo):
             if scope in wanted:
-                counts[scope] = counts.get(scope, 0) + n
-    return counts
+                found[scope] = found.get(scope, 0) + n
+    return found
 
 
-def submit_problem(s: ClusterState, spec: dict[str, Any], new_jobs: int = 1) -> tuple[str, str] | None:
+def submit_problem(
+    s: ClusterState, spec: dict[str, Any], new_jobs: int = 1, counts: SubmitCounts | None = None
+) -> tuple[str, str] | None:
     """Why a job about to be submitted is refused, as (its limit's reason, one line that starts with the reason, as
     sbatch's first line does in Slurm, and says which limit and what to do), or None. new_jobs: how many jobs the
     submission stands for (an array's tasks). The limits on running jobs refuse only under strict checking: the
@@ -361,9 +441,9 @@ def submit_problem(s: ClusterState, spec: dict[str, Any], new_jobs: int = 1) -> 
     memo: dict = {}
     prof, _key, qos = _profile_of(s.assoc, spec, memo)
     if prof["submit"]:
-        counts = _submitted_usage(s, prof, spec, memo)
+        used = _submitted_usage(s, prof, spec, memo, counts or SubmitCounts())
         for _kind, scope, _what, limit, reason in prof["submit"]:
-            have = counts.get(_scope_key(scope, spec), 0)
+            have = used.get(_scope_key(scope, spec), 0)
             if have + new_jobs > limit:
                 return reason, (
                     f"{reason}: {_scope_words(scope, spec)} may have at most {limit} jobs pending or running and has "
