@@ -283,3 +283,10 @@ def test_partition_association(store):
     with pytest.raises(A.Refusal, match="in partition debug"):
         A.resolve_job(store, "pat", "", "debug", "", enforce)
 
+
+def test_sacctmgr_before_wal_level_5_is_refused_with_the_level_line():
+    from spur_hpc.controller import errors, service
+
+    with pytest.raises(errors.Conflict, match="needs WAL level 5 but the cluster runs level 4"):
+        service._refuse_below_store_level(4)
+    service._refuse_below_store_level(5)
