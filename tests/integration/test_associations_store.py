@@ -4,13 +4,15 @@ refusals of enforcement with Slurm's words, the store across a leader kill, the 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 
 import grpc
 import pytest
 
 import pg
-from harness import ControllerCluster, next_ip_base, wait_until
+from harness import BIN, ControllerCluster, next_ip_base, wait_until
 from spur_hpc.accounting import assocstore
 from spur_hpc.model import SLURM_ERROR_METADATA_KEY
 from spur_hpc.proto import slurm_pb2
@@ -123,6 +125,18 @@ def test_store_changes_defaults_enforcement_failover_and_database_copy(env):
     assert slurm_error == "Invalid account or account/partition combination specified"
     code, details, slurm_error = refusal(cluster, NOBODY, "nobody", qos="high")
     assert "QOS high is not one" in details and slurm_error == "Invalid qos specification"
+    # sbatch prints the controller's line, then Slurm's (root has no association with phys)
+    env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+    done = subprocess.run(
+        [str(BIN / "sbatch"), "-A", "phys", "--wrap", "true"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "sbatch: error: user root has no association with account phys in partition debug and the cluster enforces "
+        "associations; ask an administrator to add one (sacctmgr add user root account=ACCOUNT) or name one of your "
+        "accounts with -A",
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+    ]
     sacctmgr(cluster, "modify", "user", where={"name": "nobody"}, set_={"qos+": "high"})
     second = submit(cluster, NOBODY, "nobody", qos="high")
     assert second.spec.qos == "high"
