@@ -171,3 +171,30 @@ def test_store_changes_defaults_enforcement_failover_and_database_copy(env):
         call(cluster, "CancelJob", slurm_pb2.CancelJobRequest(job_id=job.job_id))
     assert list(sacctmgr(cluster, "delete", "user", ["nobody"]).affected) == ["nobody"]
     assert "nobody" not in listing(cluster, new)["users"]
+
+
+def test_database_copy_waits_out_an_outage_and_never_goes_back():
+    """The writer's side alone: an outage only delays the copy; an older copy never replaces a newer one."""
+    from spur_hpc.accounting import AccountingWriter
+    from spur_hpc.controller import associations as A
+    from spur_hpc.controller import assocplan
+
+    store = A.default_store("c1")
+    puts, deletes, _ = assocplan.plan_change(store, "add", "account", ["phys"], {}, {"fairshare": "5"}, "c1")
+    newer = {**store, **{k: dict(v) for k, v in store.items() if isinstance(v, dict)}}
+    assert A.apply_change(newer, puts, deletes) is None
+    with pg.private_server() as server:
+        database = server.create_database()
+        writer = AccountingWriter(database.url, database.password, "cid-1", retry_interval_secs=0)
+        assert writer.copy_associations(store, applied=10)
+        server.stop("immediate")
+        assert not writer.copy_associations(newer, applied=20)  # returns at once; the loop retries next pass
+        assert writer.health()["connected"] is False
+        server.start()
+        assert writer.copy_associations(newer, applied=20)
+        assert writer.copy_associations(store, applied=15)  # a late copy of an older state: refused, not an error
+        with database.admin_connect() as conn:
+            rows = assocstore.read_store(conn, "cid-1")
+        assert set(rows["accounts"]) == {"root", "phys"} and rows["assocs"]["phys||"]["shares"] == 5
+        assert rows["users"]["root"]["admin_level"] == "Administrator" and set(rows["qos"]) == {"normal"}
+        writer.close()
