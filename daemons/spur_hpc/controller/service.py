@@ -188,13 +188,14 @@ class ControllerService:
         """The store (a copy) for sacctmgr show: every QOS, account and user, and the associations of the users
         and accounts named (all when none), each with its raw usage; refused before WAL level 5."""
         wanted_users, wanted_accounts = set(users), set(accounts)
+        now = self.clock()
 
         def collect(s: ClusterState) -> dict[str, Any]:
             if s.assoc is None:
                 _refuse_below_store_level(s.wal_level)
             store = s.assoc
             assocs = [
-                {**row, "raw_usage": (store["usage"].get(key) or [0.0])[0]}
+                {**row, "raw_usage": fairshare.usage_at(store, key, now)}  # decayed to the reply's time
                 for key, row in store["assocs"].items()
                 if (not wanted_users or row["user"] in wanted_users)
                 and (not wanted_accounts or row["account"] in wanted_accounts)
