@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from spur_hpc import auth, grpcutil
-from spur_hpc.controller import eligibility, errors
+from spur_hpc.controller import eligibility, errors, fairshare, placement, preemption, priority
 from spur_hpc.controller.dispatch_gate import DispatchGate
 from spur_hpc.controller.scheduler import JobIndex, plan_starts
 from spur_hpc.controller.service import ControllerService
@@ -41,6 +41,8 @@ DRAIN_REASON_PREFIX = "spurctld: "
 LAUNCH_RPC_TIMEOUT = 10.0
 SIGNAL_RETRY_SECS = 5.0
 TIME_LIMIT_GRACE_SECS = 60.0  # the supervisor enforces limits; the controller steps in only after this
+# One job_priorities record holds at most this many [job id, priority] pairs (a queue of 100,000 takes ten).
+PRIORITIES_PER_RECORD = 10_000
 # A running job its agent does not hold for this long (while not being launched) is an orphan.
 ORPHAN_GRACE_SECS = 15.0
 
@@ -95,6 +97,7 @@ class LeaderDuties:
         self.missing_since: dict[tuple[int, int], float] = {}
         self.signalled: dict[tuple[int, int], float] = {}
         self.was_leader = False
+        self.next_priority_calc = 0.0  # monotonic time of the next priority/multifactor recalculation
         # Pending and running jobs kept from the applied records: a wake-up looks at what changed, not at
         # every job (scheduler.JobIndex).
         self.jobs = JobIndex()
@@ -182,6 +185,7 @@ class LeaderDuties:
         self.bootstrap_cluster()
         self._check_heartbeats()
         self._check_orphans()
+        self._recalculate_priorities()
         self._schedule()
         self._follow_up_running()
 
@@ -197,6 +201,7 @@ class LeaderDuties:
         self.signalled.clear()
         self.held_seen.clear()
         self.missing_since.clear()
+        self.next_priority_calc = 0.0  # a new leader recalculates at once
         log.info("became leader at term %s; %d nodes get a fresh heartbeat grace period", self.raft.term(), len(names))
         self.steps.resume_launches()  # steps the old leader recorded but may not have launched
 
@@ -254,6 +259,37 @@ class LeaderDuties:
             else:
                 self._launch_failed(job_id, attempt, node, f"the agent on {node} never started it")
 
+    # -------------------------------------------------------------- priority/multifactor
+
+    def _recalculate_priorities(self) -> None:
+        """Every priority_calc_period: one job_priorities record with the pending jobs whose multifactor priority
+        changed (age grows, usage decays, shares change), and the half-life the store's usage decays with, so
+        every member orders the queue alike and charges usage alike (controller/priority.py, fairshare.py)."""
+        conf = self.service.priority
+        now = time.monotonic()
+        if not conf.multifactor or now < self.next_priority_calc:
+            return
+        self.next_priority_calc = now + max(1, conf.calc_period_secs)
+        now_wall = self.service.clock()
+
+        def plan(s: Any) -> tuple[list[list[int]], bool] | None:
+            if s.wal_level < 5:
+                return None
+            changes = priority.changed_priorities(s, now_wall, self.service.partitions, conf)
+            return changes, s.assoc is not None and fairshare.half_life(s.assoc) != conf.half_life_secs
+
+        planned = self.raft.read(plan)
+        if planned is None:
+            return
+        changes, half_life_differs = planned
+        for start in range(0, max(1, len(changes)), PRIORITIES_PER_RECORD):
+            chunk = changes[start : start + PRIORITIES_PER_RECORD]
+            if not chunk and not half_life_differs:
+                return
+            self.service.write("job_priorities", priorities=chunk, half_life=conf.half_life_secs, time=now_wall)
+        if changes:
+            log.info("priority/multifactor: %d pending jobs have a new priority", len(changes))
+
     # -------------------------------------------------------------- scheduling
 
     def _schedule(self) -> None:
@@ -272,7 +308,8 @@ class LeaderDuties:
                 self.service.write("job_pending_end", job_id=job_id, state=state, reason=reason, time=now_wall)
             except (errors.Conflict, errors.NotFound) as exc:  # gone meanwhile; the plan below still runs
                 log.info("job %s not ended: %s", job_id, exc)
-        plans = self.raft.read(lambda s: plan_starts(s, now_wall, self.jobs, self.service.partitions))
+        blockers: list[int] = []  # the jobs that did not fit: what preemption may make room for
+        plans = self.raft.read(lambda s: plan_starts(s, now_wall, self.jobs, self.service.partitions, blockers))
         now = time.monotonic()
         for job_id, nodes in plans:
             if self.retry_after.get(job_id, 0.0) > now:
@@ -296,6 +333,56 @@ class LeaderDuties:
                 self.dispatch.end(head)
                 raise
             self._launch_async(result["job_id"], attempt + 1, head)
+        if blockers and self.service.preempt_type == preemption.QOS_PRIORITY:
+            self._preempt(blockers)
+
+    def _preempt(self, blockers: list[int]) -> None:
+        """qos_priority preemption for the jobs that blocked their partitions in this plan (after its starts were
+        written, so the free map is what is left): each gets the victims controller/preemption.py chooses, unless
+        victims preempted for it earlier are still ending (their cancel is on its way; the job starts when their
+        end reports free the nodes). That is read from the records (a victim keeps preempted_by and its cancel's
+        attempt), so a new leader does not preempt twice for one job either."""
+        parts, now_wall = self.service.partitions, self.service.clock()
+
+        def decide(s: Any) -> list[tuple[int, list[preemption.Victim]]]:
+            ending: dict[int, set[int]] = {}  # preemptor -> its victims whose cancel has not ended them yet
+            for job_id in self.jobs.sync(s).running:
+                job = s.jobs.get(job_id)
+                if job is not None and job["state"] == RUNNING and job.get("preempt_cancel") == job["attempt"]:
+                    ending.setdefault(int(job.get("preempted_by") or 0), set()).add(job_id)
+            taken = set().union(*ending.values())
+            free = placement.free_resources(s, now_wall, parts)
+            decisions = []
+            for job_id in blockers:
+                job = s.jobs.get(job_id)
+                if job is None or job["state"] != PENDING or job_id in ending:
+                    continue
+                victims = preemption.choose_victims(s, job, free, parts.preempt_mode, taken)
+                if victims:
+                    decisions.append((job_id, victims))
+                    taken.update(v.job_id for v in victims)
+            return decisions
+
+        for job_id, victims in self.raft.read(decide):
+            for victim in victims:
+                try:
+                    result = self.service.write(
+                        "job_preempt",
+                        job_id=victim.job_id,
+                        attempt=victim.attempt,
+                        by_job_id=job_id,
+                        mode=victim.mode,
+                        time=self.service.clock(),
+                    )
+                except (errors.Conflict, errors.NotFound) as exc:  # it ended or changed meanwhile
+                    log.info("job %s not preempted for job %s: %s", victim.job_id, job_id, exc)
+                    continue
+                if result["mode"] == preemption.REQUEUE:  # its run's supervisor goes; the job waits in the queue
+                    self.pool.submit(self.signal_job, victim.job_id, victim.attempt, list(victim.nodes), 0)
+                    log.info("preempted job %s requeued to reclaim resources for job %s", victim.job_id, job_id)
+                else:  # the follow-up below signals it as any cancel; its end report frees the nodes
+                    log.info("preempted job %s is being killed to reclaim resources for job %s", victim.job_id, job_id)
+        self.poke()
 
     def _launch_async(self, job_id: int, attempt: int, head: str) -> None:
         """Launch in the pool; `head` is counted in self.dispatch by the caller and uncounted here."""
