@@ -108,13 +108,18 @@ def job_to_pb(job: dict[str, Any], brief: bool = False, allocs: bool = True) -> 
     )
 
 
+_RECORD_NAMES, _RECORD_DEFAULTS = tuple(JOB_RECORD_FIELDS), tuple(JOB_RECORD_FIELDS.values())
+_RECORD_LISTS = [index for index, default in enumerate(_RECORD_DEFAULTS) if isinstance(default, tuple)]
+
+
 def _brief_key(job: dict[str, Any]) -> tuple:
     """What job_to_pb reads of a job: its state, the revision of its spec (scontrol update raises it) and
-    every field of JOB_RECORD_FIELDS (lists as tuples, so the key compares by value)."""
-    values = (job.get(f, default) for f, default in JOB_RECORD_FIELDS.items())
-    steps = steps_key(job)
-    state = shown_state(job)
-    return (state, job.get("spec_rev", 0), steps, *(tuple(v) if isinstance(v, list) else v for v in values))
+    every field of JOB_RECORD_FIELDS (the list ones, whose default is a tuple, copied as tuples: the record may
+    change a list in place). Under the state lock for every job of a listing: map() reads the fields in C."""
+    values = list(map(job.get, _RECORD_NAMES, _RECORD_DEFAULTS))
+    for index in _RECORD_LISTS:
+        values[index] = tuple(values[index])
+    return (shown_state(job), job.get("spec_rev", 0), steps_key(job), *values)
 
 
 class BriefJobList:

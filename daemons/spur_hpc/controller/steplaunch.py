@@ -50,9 +50,12 @@ def steps_to_pb(job: dict[str, Any]) -> list[slurm_pb2.Step]:
 
 def steps_key(job: dict[str, Any]) -> tuple:
     """What steps_to_pb reads of a job (for the brief listing's cache key)."""
+    steps = job.get("steps")
+    if not steps:
+        return ()  # a pending job's, most of a long queue: no generator to build
     return tuple(
         (s["step_id"], s["state"], s["exit_code"], s["end_time"], len(s.get("node_results") or ()))
-        for s in (job.get("steps") or {}).values()
+        for s in steps.values()
     )
 
 
