@@ -166,8 +166,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "peers": Key(
             list,
             [],
-            "Raft addresses of every controller, this one included: 1, 3 or 5 entries, each once. The set is "
-            'fixed when the cluster is first bootstrapped; see "Changing the controllers" below.',
+            "Raft addresses of every controller, this one included: 1, 3 or 5 entries, each once. A controller "
+            'that holds data runs with the committed membership instead; see "Changing the controllers" below.',
             port=RAFT_PORT,
             shown_default="(required)",
         ),

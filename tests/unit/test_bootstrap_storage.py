@@ -31,7 +31,7 @@ def has(host, members, name="c", cluster_id="id1", commit=10, raft="127.0.1.2:68
         ),
         ([PeerAnswer("b", NO_CLUSTER), PeerAnswer("c", UNKNOWN)], None, ""),
         ([has("b", [OWN, "b:1", "c:1"]), PeerAnswer("c", UNKNOWN)], "join", "joining"),
-        ([has("b", ["b:1"]), PeerAnswer("c", NO_CLUSTER)], "refuse", "replica count"),
+        ([has("b", ["b:1"]), PeerAnswer("c", NO_CLUSTER)], "refuse", "spur admin raft add"),
         ([has("b", [OWN, "b:1"], name="other")], "refuse", "belongs to cluster 'other'"),
         ([has("b", [OWN, "b:1"], cluster_id="x"), has("c", [OWN, "c:1"], cluster_id="y")], "refuse", "split"),
     ],

@@ -6,6 +6,7 @@
   spur history | acct        = sacct            spur cluster status
   spur cluster deploy|upgrade|health|teardown -i INVENTORY [-e KEY=VALUE] [--check]   (the Ansible playbooks)
   spur version [--check]                        spur self-update | update
+  spur admin raft status | add RAFT_ADDR --grpc GRPC_ADDR | remove RAFT_ADDR   (controllers added online)
 Every listing takes -o json. --controller ADDRS (before the subcommand) overrides SPUR_CONTROLLER_ADDR.
 """
 
@@ -32,6 +33,7 @@ ALIASES: dict[str, tuple[str, str, list[str]]] = {
     "acct": ("sacct", "main", []),
     "node": ("nodecmd", "main", []),
     "cluster": ("clustercmd", "main", []),
+    "admin": ("admincmd", "main", []),
     "version": ("updatecmd", "version_main", []),
     "self-update": ("updatecmd", "self_update_main", []),
     "update": ("updatecmd", "self_update_main", []),

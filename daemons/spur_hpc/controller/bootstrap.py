@@ -2,6 +2,8 @@
 
 Verdicts for each peer's ClusterProbe answer:
 - it belongs to a cluster whose committed membership lists us: we lost our volume -> join and catch up;
+- it belongs to a cluster that is adding us (`spur admin raft add`: we are its learner) -> join, catch up without
+  voting, and vote once the leader promotes us;
 - it belongs to a cluster that does not list us, or to another cluster (name or id): refuse to start;
 - it has no cluster, or predates the RPC (UNIMPLEMENTED): no cluster there;
 - no answer (UNAVAILABLE, timeout): unknown -> wait and ask again. We bootstrap a new cluster only when
@@ -39,6 +41,7 @@ class PeerAnswer:
 @dataclass
 class Decision:
     action: str  # "bootstrap" | "join" | "refuse"
+    learner: bool = False  # joining as the controller being added, not as a member that lost its state
     members: list[str] = field(default_factory=list)
     cluster_id: str = ""
     commit_index: int = 0
@@ -83,15 +86,14 @@ def judge(answers: list[PeerAnswer], own_raft: str, cluster_name: str) -> Decisi
                     f"not {cluster_name!r}; check [cluster] name and [controller] hosts/peers"
                 ),
             )
-        if own_raft not in members:
+        if own_raft not in members and own_raft not in r.learners:
             return Decision(
                 "refuse",
                 message=(
                     f"peer {a.host} ({r.raft_addr}) already runs cluster {r.cluster_name!r} (id {r.cluster_id}) "
                     f"with members {', '.join(members)}, which do not include this controller ({own_raft}); "
-                    "starting would create a second cluster. The replica count is fixed at first bootstrap and "
-                    "cannot be raised by starting new replicas: keep the old controller set, or rebuild the "
-                    "cluster with an explicit wipe"
+                    "starting would create a second cluster. Add it first from a member: spur admin raft add "
+                    f'{own_raft} --grpc ADDR (docs/controller.md, "Membership"), then start it empty'
                 ),
             )
     joins = [a for a in answers if a.kind == HAS_CLUSTER]
@@ -104,13 +106,16 @@ def judge(answers: list[PeerAnswer], own_raft: str, cluster_name: str) -> Decisi
                 "the controllers are split into several clusters and need an administrator",
             )
         best = max(joins, key=lambda a: a.reply.commit_index)
+        learner = own_raft not in best.reply.members
         return Decision(
             "join",
             members=list(best.reply.members),
             cluster_id=best.reply.cluster_id,
             commit_index=best.reply.commit_index,
-            message=f"peer {best.host} holds cluster {best.reply.cluster_id} that lists this controller: "
-            "joining it with an empty store and catching up",
+            learner=learner,
+            message=f"peer {best.host} holds cluster {best.reply.cluster_id} that "
+            + ("is adding this controller: joining it as a learner" if learner else "lists this controller: joining it")
+            + " with an empty store and catching up",
         )
     if all(a.kind == NO_CLUSTER for a in answers):
         return Decision("bootstrap", message="every peer answered that it holds no cluster: bootstrapping")

@@ -26,6 +26,7 @@ from spur_hpc.controller.grpc_api import (
     job_to_pb,
 )
 from spur_hpc.controller.leader import LeaderDuties
+from spur_hpc.controller.membership import Membership
 from spur_hpc.controller.metrics import ControllerCollector
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.service import ControllerService
@@ -33,7 +34,7 @@ from spur_hpc.controller.status import MemberStatus
 from spur_hpc.daemon import EXIT_FATAL, Daemon, StartupError, set_log_level
 from spur_hpc.httpprobe import ProbeServer
 from spur_hpc.model import CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr, split_host_port
-from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2_grpc
+from spur_hpc.proto import raft_internal_pb2_grpc, slurm_pb2, slurm_pb2_grpc
 from spur_hpc.release import selfupdate
 
 log = logging.getLogger("spurctld")
@@ -56,6 +57,7 @@ class ControllerDaemon(MemberStatus, Daemon):
         self.raft: SpurRaft | None = None
         self.service: ControllerService | None = None
         self.duties: LeaderDuties | None = None
+        self.membership: Membership | None = None
         self.grpc_server: grpc.Server | None = None
         self.probe: ProbeServer | None = None
         self.members: list[str] = []
@@ -165,6 +167,7 @@ class ControllerDaemon(MemberStatus, Daemon):
             ) from None
         self.service = ControllerService(self.conf, self.raft, self.member_grpc)
         self.duties = LeaderDuties(self.service, job_to_pb, self._bootstrap_cluster)
+        self.membership = Membership(self.raft, self.service.write, self._ping_member)
         self.raft.add_apply_listener(self._on_apply)
         self.raft.start()
         self.duties.start()
@@ -216,10 +219,16 @@ class ControllerDaemon(MemberStatus, Daemon):
         if self.had_data:
             if self.identity:
                 committed = sorted(self.identity["members"])
+                if self.raft_addr not in committed:
+                    raise StartupError(
+                        f"refusing to start: this controller ({self.raft_addr}) was removed from cluster "
+                        f"{self.identity['cluster_name']!r} (members now {', '.join(committed)}); to add it again, "
+                        "empty its state_dir and run spur admin raft add on a member"
+                    )
                 if sorted(self.peers) != committed:
                     log.warning(
                         "[controller] peers (%s) differ from this cluster's committed membership (%s); running with "
-                        "the committed membership: the replica set is fixed at first bootstrap",
+                        "the committed membership (spur admin raft add|remove changes it)",
                         ", ".join(sorted(self.peers)),
                         ", ".join(committed),
                     )
@@ -345,9 +354,19 @@ class ControllerDaemon(MemberStatus, Daemon):
             return
         self._save_identity(name, cluster_id, members)
         self._step_down_if_disk_full()
+        if raft.removed and self.joining is None:
+            log.warning(
+                "this controller was removed from cluster %r (members now %s): stopping; to add it again, empty its "
+                "state_dir and run spur admin raft add on a member",
+                name,
+                ", ".join(members),
+            )
+            self.request_stop()
+            return
         if self.joining is not None:
             target = self.joining.commit_index
-            if cluster_id == self.joining.cluster_id and raft.applied_index() >= target:
+            # A learner votes once promoted (its address among the members); a member that lost its state at once.
+            if cluster_id == self.joining.cluster_id and raft.applied_index() >= target and self.raft_addr in members:
                 raft.release_elections()
                 os.unlink(os.path.join(self.paths.state_dir, JOINING_MARKER))
                 self.joining = None
@@ -380,6 +399,7 @@ class ControllerDaemon(MemberStatus, Daemon):
         if cluster_id and (
             self.identity is None
             or self.identity.get("cluster_id") != cluster_id
+            or sorted(self.identity.get("members", [])) != sorted(members)
             or not os.path.exists(self.paths.identity)
         ):
             storage.write_identity(self.paths, name, cluster_id, members)
@@ -392,6 +412,24 @@ class ControllerDaemon(MemberStatus, Daemon):
             log.info("member announce deferred: %s", exc)
 
     # ---------------------------------------------------------------- actions the RPCs ask for
+
+    def membership_or_unavailable(self) -> Membership:
+        if self.membership is None:
+            raise errors.Unavailable("this controller is still starting; ask again")
+        return self.membership
+
+    def _ping_member(self, grpc_addr: str) -> slurm_pb2.PingReply | None:
+        """A member's own Ping (its applied index and role), or None when it does not answer within 1 s."""
+        if grpc_addr == self.grpc_addr:
+            return self.ping_reply()
+        try:
+            metadata = auth.client_metadata(self.conf.auth.type, self.conf.auth.munge_socket)
+            with grpcutil.channel(grpc_addr) as ch:
+                return slurm_pb2_grpc.SlurmControllerStub(ch).Ping(
+                    slurm_pb2.PingRequest(), timeout=1.0, metadata=metadata
+                )
+        except (grpc.RpcError, auth.AuthError):
+            return None
 
     def poke_scheduler(self) -> None:
         if self.duties is not None:

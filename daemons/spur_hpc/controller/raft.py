@@ -4,8 +4,10 @@ All replicated changes go through ONE replicated method, apply_record(record): p
 replicated methods by sorted name, so adding a method per operation would silently renumber them in a
 mixed-version cluster. What pysyncobj leaves undone is done here: the journal synced before an entry
 is acknowledged or sent (group commit: once per batch, see DurableJournal), a deadline on every write,
-elections held back on a member that joins with an empty store until it has caught up, and a member that
-cannot read a record stops instead of guessing.
+elections held back on a member that joins with an empty store until it has caught up, a member that
+cannot read a record stops instead of guessing, and the membership followed from the replicated state
+(ClusterState.members and .learners, changed by member_change records; controller/membership.py): pysyncobj's
+own dynamic membership is left off, see follow_membership.
 """
 
 from __future__ import annotations
@@ -429,6 +431,15 @@ class SpurRaft(SyncObj):
         self.core_error: str | None = None
         self._leader_seen = time.monotonic()
         self._wakeup: list[PipeNotifier] = []  # filled after SyncObj.__init__ (it needs the poller)
+        # Membership (follow_membership): the (voters, learners) last given to pysyncobj, the raft addresses that
+        # receive the log without voting (read by GuardedTransport when a connection completes), removed voters
+        # still sent the log until their deadline so they learn of their removal, and calls for the tick thread.
+        self._membership_view: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self.learner_addrs: frozenset[str] = frozenset()
+        self._leaving: dict[str, float] = {}
+        self._tick_calls: list = []
+        self._tick_calls_lock = threading.Lock()
+        self.removed = False  # the committed membership no longer lists this controller
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
             settings.self_addr,
@@ -461,7 +472,10 @@ class SpurRaft(SyncObj):
         period = self._conf.autoTickPeriod
         while not self._stopping.is_set():
             try:
+                self._hold_election_while_applying()
                 self.doTick(period)
+                self.follow_membership()
+                self._run_tick_calls()
                 if self.leader_addr() is not None:
                     self._leader_seen = time.monotonic()
             except DiskFullError:  # the journal logged it once; pysyncobj retries what it refused
@@ -532,6 +546,10 @@ class SpurRaft(SyncObj):
         self._sync_journal()  # a follower's answer to one AppendEntries: its entries synced once
         SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
 
+    @property
+    def self_addr(self) -> str:
+        return self._settings.self_addr
+
     def journal_syncs(self) -> int:
         return getattr(self._journal, "syncs", 0)
 
@@ -547,6 +565,171 @@ class SpurRaft(SyncObj):
         self._SyncObj__raftElectionDeadline = time.monotonic() + s.election_max
         self._holding_elections = False
         log.info("caught up with the cluster; this member now takes part in elections")
+
+    # ---------------------------------------------------------------- membership
+    # pysyncobj's dynamicMembershipChange applies a change when the entry is appended, undoes it when the entry is
+    # truncated, and keeps the member set in its own snapshot beside ours; it has no learner and cannot remove the
+    # member that proposes. Here the membership is the replicated state's (member_change records, applied in log
+    # order, in our snapshot and fingerprint) and takes effect on every member when that record is applied, as
+    # etcd's Raft does: one change at a time (the state refuses a second while a learner joins, and each record
+    # names the voters it was decided on), and a member does not stand for election while it has committed
+    # records it has not applied, so it never counts votes with a membership older than the committed one.
+
+    def _hold_election_while_applying(self) -> None:
+        if self.raftCommitIndex > self.raftLastApplied and not self._holding_elections:
+            deadline = self._SyncObj__raftElectionDeadline
+            now = pysyncobj_clock()
+            if deadline < now + self._conf.autoTickPeriod:
+                self._SyncObj__raftElectionDeadline = now + self._conf.autoTickPeriod
+
+    def follow_membership(self) -> None:
+        """On the tick thread: give pysyncobj the committed voters and learners once this member applied
+        everything the leader committed (while it replays, its state passes through older memberships)."""
+        self._drop_leaving()
+        state = self._state
+        if not state.members or self._state.stalled is not None:
+            return
+        known = self._SyncObj__leaderCommitIndex
+        if self.raftLastApplied < max(self.raftCommitIndex, known or 0):
+            return
+        view = (tuple(state.members), tuple(sorted(state.learners)))
+        if view == self._membership_view:
+            return
+        self._membership_view = view
+        me = self._settings.self_addr
+        voters = {m for m in view[0] if m != me}
+        learners = {m for m in view[1] if m != me}
+        if me not in view[0] and me not in view[1]:
+            if not self.removed:
+                log.warning("the committed membership (%s) no longer lists this controller", ", ".join(view[0]))
+            self.removed = True
+            self._hold_elections()
+        others = self._SyncObj__otherNodes
+        readonly = self._SyncObj__readonlyNodes
+        transport = self._SyncObj__transport
+        nxt, match = self._SyncObj__raftNextIndex, self._SyncObj__raftMatchIndex
+        heard = self._SyncObj__lastResponseTime
+        last = self._SyncObj__getCurrentLogIndex()
+        now = pysyncobj_clock()
+        for node in list(others):
+            if node.id not in voters:  # removed: sent the log (not counted) a little longer, then dropped
+                others.discard(node)
+                heard.pop(node, None)
+                readonly.add(node)
+                nxt.setdefault(node, last + 1)
+                match.setdefault(node, 0)
+                self._leaving[node.id] = time.monotonic() + 2 * self._settings.election_max + 1
+        for addr in sorted(voters):
+            node = RaftNode(addr)
+            if node in others:
+                continue
+            self._leaving.pop(addr, None)
+            if addr not in transport._nodeAddrToNode:
+                transport.addNode(node)
+            else:
+                node = transport._nodeAddrToNode[addr]
+            readonly.discard(node)
+            others.add(node)
+            nxt.setdefault(node, last + 1)
+            match.setdefault(node, 0)
+            heard[node] = now
+        for addr in sorted(learners):
+            self._leaving.pop(addr, None)
+            if addr not in transport._nodeAddrToNode:
+                transport.addNode(RaftNode(addr))
+        self.learner_addrs = frozenset(learners) | frozenset(self._leaving)
+        for addr, node in list(transport._nodeAddrToNode.items()):
+            if addr not in voters and addr not in learners and addr not in self._leaving:
+                self._drop_node(node)
+        log.info(
+            "membership: voters %s%s",
+            ", ".join(view[0]),
+            f"; joining {', '.join(view[1])}" if view[1] else "",
+        )
+
+    def _drop_leaving(self) -> None:
+        if not self._leaving:
+            return
+        now = time.monotonic()
+        transport = self._SyncObj__transport
+        for addr, deadline in list(self._leaving.items()):
+            if deadline <= now:
+                del self._leaving[addr]
+                node = transport._nodeAddrToNode.get(addr)
+                if node is not None:
+                    self._drop_node(node)
+                self.learner_addrs = self.learner_addrs - {addr}
+
+    def _drop_node(self, node) -> None:
+        self._SyncObj__transport.dropNode(node)  # disconnects without calling back: forget it here too
+        self._SyncObj__otherNodes.discard(node)
+        self._SyncObj__readonlyNodes.discard(node)
+        self._SyncObj__connectedNodes.discard(node)
+        self._SyncObj__raftNextIndex.pop(node, None)
+        self._SyncObj__raftMatchIndex.pop(node, None)
+        self._SyncObj__lastResponseTime.pop(node, None)
+
+    def _hold_elections(self) -> None:
+        self._conf.raftMinTimeout = _NO_ELECTION_SECS
+        self._conf.raftMaxTimeout = _NO_ELECTION_SECS + 1
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + _NO_ELECTION_SECS
+
+    def on_tick(self, fn, timeout: float = 5.0):
+        """Run fn() on the tick thread (pysyncobj's structures are the tick thread's) and return its result."""
+        done = threading.Event()
+        box: list = []
+
+        def call() -> None:
+            try:
+                box.append((True, fn()))
+            except Exception as exc:
+                box.append((False, exc))
+            done.set()
+
+        with self._tick_calls_lock:
+            self._tick_calls.append(call)
+        if not done.wait(timeout):
+            raise UnknownOutcomeError(f"the Raft core did not run the request within {timeout:.0f} s")
+        good, value = box[0]
+        if not good:
+            raise value
+        return value
+
+    def _run_tick_calls(self) -> None:
+        if not self._tick_calls:
+            return
+        with self._tick_calls_lock:
+            calls, self._tick_calls = self._tick_calls, []
+        for call in calls:
+            call()
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """On the tick thread, on the leader: each other voter's and learner's match index, whether it answered
+        within leader_fallback, and whether it is connected."""
+        match = self._SyncObj__raftMatchIndex
+        heard = self._SyncObj__lastResponseTime
+        connected = {n.id for n in self._SyncObj__connectedNodes}
+        recent = pysyncobj_clock() - self._settings.leader_fallback
+        out = {}
+        for node in set(self._SyncObj__otherNodes) | set(self._SyncObj__readonlyNodes):
+            if not isinstance(node, TCPNode):
+                continue  # a read-only client of pysyncobj's own, not a controller
+            out[node.id] = {
+                "match": match.get(node, 0),
+                "heard": heard.get(node, 0.0) > recent,
+                "connected": node.id in connected,
+                "voter": node in self._SyncObj__otherNodes,
+            }
+        return out
+
+    def last_log_index(self) -> int:
+        return self._SyncObj__getCurrentLogIndex()
+
+    def transfer_leadership(self) -> bool:
+        """On the tick thread: ask the most caught-up voter to stand for election now; False when none can."""
+        outcome: list = []
+        self.transferLeadership(callback=lambda _res, err: outcome.append(err))
+        return bool(outcome) and outcome[0] == _syncobj_module.FAIL_REASON.SUCCESS
 
     # ---------------------------------------------------------------- the one replicated method
 

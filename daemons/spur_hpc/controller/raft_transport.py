@@ -209,6 +209,20 @@ class GuardedTransport(TCPTransport):
             oldest.disconnect()
         super()._onNewIncomingConnection(conn)
 
+    def _onNodeConnected(self, node):  # noqa: N802
+        # A controller that is joining (or was just removed) receives the log but neither votes nor counts for a
+        # majority: pysyncobj's read-only role, given here to a peer that names itself (SpurRaft.learner_addrs).
+        if node.id in getattr(self._syncObj, "learner_addrs", ()):
+            self._onReadonlyNodeConnected(node)
+        else:
+            super()._onNodeConnected(node)
+
+    def _onNodeDisconnected(self, node):  # noqa: N802
+        if node.id in getattr(self._syncObj, "learner_addrs", ()):
+            self._onReadonlyNodeDisconnected(node)
+        else:
+            super()._onNodeDisconnected(node)
+
     def _onIncomingMessageReceived(self, conn, message):  # noqa: N802
         super()._onIncomingMessageReceived(conn, message)
         if conn not in self._unknownConnections and conn.state == CONNECTION_STATE.CONNECTED:

@@ -75,6 +75,7 @@ class MemberStatus:
                 "cluster_name": s.cluster_name or self.conf.cluster.name,
                 "cluster_id": s.cluster_id,
                 "members": list(s.members) or list(self.members),
+                "learners": sorted(s.learners),  # a controller being added (spur admin raft add), not yet voting
                 "member_info": {k: dict(v) for k, v in s.member_info.items()},
                 "wal_level": s.wal_level,
                 "stalled": dict(s.stalled) if s.stalled else None,
@@ -149,9 +150,14 @@ class MemberStatus:
         """The committed membership; a member that holds data but has not loaded it yet says so from its
         identity file, or answers UNAVAILABLE, never "no cluster"."""
         reply = empty_probe_reply(self.raft_addr)
-        state = self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members))) if self.raft else None
+        state = (
+            self.raft.read(lambda s: (s.cluster_name, s.cluster_id, list(s.members), sorted(s.learners)))
+            if self.raft
+            else None
+        )
+        learners: list[str] = []
         if state and state[1]:
-            name, cluster_id, members = state
+            name, cluster_id, members, learners = state
         elif self.had_data and self.identity:
             name, cluster_id, members = (
                 self.identity["cluster_name"],
@@ -165,6 +171,7 @@ class MemberStatus:
         reply.has_cluster = True
         reply.cluster_name, reply.cluster_id = name, cluster_id
         reply.members.extend(members)
+        reply.learners.extend(learners)  # a controller being added: it may start empty and join
         if self.raft is not None:
             reply.leader = self.raft.leader_addr() or ""
             reply.term = self.raft.term()

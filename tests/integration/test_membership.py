@@ -1,0 +1,206 @@
+"""Controllers added and removed online (issue 23): real spurctld processes and the real `spur admin raft` command.
+
+1 -> 2 -> 3 while a client submits, then 3 -> 2 removing the leader; quorum refusals, removing a dead member, a
+joining controller that dies before it is promoted, and an empty controller that was never added.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import uuid
+
+import grpc
+
+from harness import BIN, wait_until
+from spur_hpc.proto import slurm_pb2
+
+SPUR = str(BIN / "spur")
+
+
+def spur_admin(cluster, *args: str, via: list | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SPUR_CONTROLLER_ADDR=",".join(m.grpc_addr for m in (via or cluster.running())))
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    return subprocess.run([SPUR, "admin", "raft", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def start_add(cluster, m, via: list, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, SPUR_CONTROLLER_ADDR=",".join(x.grpc_addr for x in via))
+    return subprocess.Popen(
+        [SPUR, "admin", "raft", "add", m.raft_addr, "--grpc", m.grpc_addr, *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+class Submitter(threading.Thread):
+    """Submits jobs one after the other through whichever controller answers; keeps every acknowledged id."""
+
+    def __init__(self, cluster) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.acked: list[int] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            key = uuid.uuid4().hex
+            request = slurm_pb2.SubmitJobRequest(
+                spec=slurm_pb2.JobSpec(name="m", script="#!/bin/sh\ntrue\n", user="root", work_dir="/tmp"),
+                idempotency_key=key,
+            )
+            while not self.stop_event.is_set():  # the same key until one answer: a retry never duplicates
+                done = False
+                for m in self.cluster.running():
+                    try:
+                        self.acked.append(self.cluster.stub(m).SubmitJob(request, timeout=5).job_id)
+                        done = True
+                        break
+                    except grpc.RpcError:
+                        continue
+                if done:
+                    break
+            self.stop_event.wait(0.02)
+
+    def finish(self) -> list[int]:
+        self.stop_event.set()
+        self.join(30)
+        return self.acked
+
+
+def job_ids(cluster, m) -> list[int]:
+    reply = cluster.stub(m).ListJobs(slurm_pb2.ListJobsRequest(include_finished=True), timeout=10)
+    return sorted(j.job_id for j in reply.jobs)
+
+
+def views(members) -> dict[str, tuple]:
+    out = {}
+    for m in members:
+        s = m.status()
+        out[m.raft_addr] = (s["cluster_id"], tuple(sorted(s["members"])), s["next_job_id"], s["jobs"])
+    return out
+
+
+def same_state(cluster, members, want_members: list[str]) -> bool:
+    v = views(members)
+    return len(set(v.values())) == 1 and next(iter(v.values()))[1] == tuple(sorted(want_members))
+
+
+def test_grow_one_to_three_while_submitting_then_remove_the_leader(make_cluster):
+    c = make_cluster(3, start=False)
+    a, b, d = c.members
+    c.write_conf(a, peers=[a.raft_addr], hosts=[a.grpc_addr])
+    c.start([0])
+    submitter = Submitter(c)
+    submitter.start()
+    wait_until(lambda: len(submitter.acked) >= 5, 20, "the first submissions")
+
+    # b: the add records it as a learner; b starts empty with a spur.conf naming the new set and joins.
+    adding = start_add(c, b, [a])
+    wait_until(lambda: b.raft_addr in spur_admin(c, "status", via=[a]).stdout, 20, "b recorded as joining")
+    c.write_conf(b)  # the spur.conf of the set being built (2 controllers is no set to configure)
+    c.spawn(b)
+    code, text = finish(adding)
+    assert code == 0, text
+    assert "is a voting member" in text, text
+    assert "joining it as a learner" in b.proc.log_text()
+
+    # d joins the two-member cluster the same way.
+    adding = start_add(c, d, [a, b])
+    c.write_conf(d)
+    wait_until(lambda: d.raft_addr in spur_admin(c, "status", via=[a, b]).stdout, 20, "d recorded as joining")
+    c.spawn(d)
+    code, text = finish(adding)
+    assert code == 0, text
+
+    status = spur_admin(c, "status", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count('"voter": true') == 3, status.stdout
+
+    acked = submitter.finish()
+    assert len(acked) == len(set(acked)), "an acknowledged job id was given twice"
+    assert acked == sorted(acked), "job ids went backwards"
+    for m in c.members:
+        wait_until(lambda m=m: set(acked) <= set(job_ids(c, m)), 20, f"{m.raft_addr} to hold every acknowledged job")
+    wait_until(lambda: same_state(c, c.members, c.peers), 20, "every member the same state")
+
+    # 3 -> 2 removing the leader: it hands over first; the two others agree, the removed one stops.
+    leader = c.wait_leader()
+    gone = spur_admin(c, "remove", leader.raft_addr)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    rest = [m for m in c.members if m is not leader]
+    want = [m.raft_addr for m in rest]
+    wait_until(lambda: same_state(c, rest, want), 20, "the two remaining members to agree")
+    assert leader.proc.wait_exit(30) == 0
+    assert "was removed from cluster" in leader.proc.log_text()
+    new_leader = c.wait_leader()
+    assert new_leader in rest
+    after = (
+        c.stub(new_leader)
+        .SubmitJob(
+            slurm_pb2.SubmitJobRequest(
+                spec=slurm_pb2.JobSpec(name="m", script="#!/bin/sh\ntrue\n", user="root", work_dir="/tmp"),
+                idempotency_key=uuid.uuid4().hex,
+            ),
+            timeout=10,
+        )
+        .job_id
+    )
+    assert after > max(acked)
+    # The membership is durable: a remaining member restarted agrees, and the removed one refuses to start.
+    follower = next(m for m in rest if m is not new_leader)
+    c.restart(follower.index)
+    wait_until(lambda: same_state(c, rest, want), 20, "the restarted member to agree")
+    c.spawn(leader)
+    assert leader.proc.wait_exit(30) != 0
+    assert "was removed from cluster" in leader.proc.log_text()
+
+
+def test_quorum_refusals_dead_member_and_a_joiner_that_dies(make_cluster):
+    c = make_cluster(4, start=False)
+    a, b, d, e = c.members
+    three = [a, b, d]
+    for m in three:
+        c.write_conf(m, peers=[x.raft_addr for x in three], hosts=[x.grpc_addr for x in three])
+    c.start([0, 1, 2])
+    leader = c.wait_leader()
+    dead, live = [m for m in three if m is not leader]
+    dead.proc.kill9()
+    wait_until(lambda: "unreachable" in spur_admin(c, "status", via=[leader]).stdout, 20, "the leader to miss it")
+
+    # Removing the live follower would leave the leader and a dead member: refused with one line.
+    refused = spur_admin(c, "remove", live.raft_addr)
+    assert refused.returncode != 0
+    assert "fewer than" in refused.stderr and dead.raft_addr in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+    # A joining controller that stops before it is promoted is not promoted; the add says why.
+    adding = start_add(c, e, [leader, live], "--timeout", "3")
+    c.write_conf(e, peers=[x.raft_addr for x in [*three, e]], hosts=[x.grpc_addr for x in [*three, e]])
+    wait_until(lambda: e.raft_addr in spur_admin(c, "status", via=[leader, live]).stdout, 20, "e recorded as joining")
+    c.spawn(e)
+    e.proc.signal(signal.SIGSTOP)  # stopped before it connected: it never catches up
+    code, text = finish(adding)
+    assert code != 0 and "was not promoted" in text and "3 s" in text, text
+    e.proc.kill9()
+    # An empty controller that is not (or no longer) being added refuses to start.
+    c.spawn(e)
+    assert e.proc.wait_exit(30) != 0
+    assert "refusing to start" in e.proc.log_text() and "spur admin raft add" in e.proc.log_text()
+
+    # Removing the dead member works; the two live ones carry on.
+    removed = spur_admin(c, "remove", dead.raft_addr)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    want = [leader.raft_addr, live.raft_addr]
+    wait_until(lambda: same_state(c, [leader, live], want), 20, "the two live members to agree")
+    status = spur_admin(c, "status")
+    assert status.returncode == 0 and dead.raft_addr not in status.stdout, status.stdout
