@@ -150,3 +150,12 @@ def test_spurd_refuses_bad_values_with_one_line(tmp_path, setting, needle):
     path.write_text(text.replace("[agent]\n", f"[agent]\n{setting}\n"))
     line = refused_with_one_line([str(BIN / "spurd"), "--conf", str(path)])
     assert line.startswith(f"spurd: error: {needle}"), line
+
+
+def test_spurctld_refuses_a_private_data_category_it_does_not_know(tmp_path, secret):
+    """[auth] private_data: a controller must not show what a newer release's category would hide; spurd and the
+    commands ignore the key (tests/unit/test_authz.py loads the same file as an agent and a client)."""
+    auth = 'private_data = ["jobs", "accounts"]'
+    path = controller_conf(tmp_path, secret, controller='listen_addr = "127.0.1.1:6817"', auth=auth)
+    line = refused_with_one_line([str(BIN / "spurctld"), "--conf", str(path)])
+    assert line.startswith("spurctld: error: [auth] private_data: unknown category 'accounts'; use 'jobs' or 'usage'")
