@@ -290,3 +290,47 @@ def test_sacctmgr_before_wal_level_5_is_refused_with_the_level_line():
     with pytest.raises(errors.Conflict, match="needs WAL level 5 but the cluster runs level 4"):
         service._refuse_below_store_level(4)
     service._refuse_below_store_level(5)
+
+
+def test_random_commands_are_planned_or_refused_in_one_line():
+    """Hostile requests: every command either plans a change every member accepts, or is refused with one
+    line; never another exception (a deterministic sample of keys and values, good and bad)."""
+    import random
+
+    rng = random.Random(22)
+    store = A.default_store("spur")
+    change(store, "add", "account", ["phys", "chem"])
+    change(store, "add", "qos", ["high"])
+    change(store, "add", "user", ["bob"], set_={"account": "phys"})
+    keys = [*P.ASSOC_KEYS, *P.QOS_KEYS, "name", "account", "user", "partition", "parent", "cluster", "qos+", "zz"]
+    keys += ["defaultaccount", "adminlevel", "description", "organization", "flags+", "preempt-"]
+    values = ["-1", "0", "5", "x", "high", "normal", "phys", "+high", "-high", "cpu=4", "mem=1T,cpu=-1", "", "+"]
+    values += ["1-00:00:00", "UNLIMITED", "nan", "1e400", "bob", "root", "a|b", "9" * 30, "Admin", "requeue", "\x7f"]
+    names = ["phys", "chem", "bob", "high", "normal", "root", "new1", "new2", ""]
+    for _ in range(2000):
+        verb = rng.choice(["add", "modify", "delete", "remove", "x"])
+        entity = rng.choice(["account", "user", "qos", "cluster", "users"])
+        chosen = rng.sample(names, rng.randint(0, 2))
+        where = {rng.choice(keys): rng.choice(values) for _ in range(rng.randint(0, 2))}
+        set_ = {rng.choice(keys): rng.choice(values) for _ in range(rng.randint(0, 3))}
+        try:
+            puts, deletes, _ = P.plan_change(store, verb, entity, chosen, where, set_, "spur")
+        except P.PlanError as exc:
+            assert "\n" not in str(exc) and str(exc)
+            continue
+        assert A.apply_change(store, puts, deletes) is None, (verb, entity, chosen, where, set_)
+
+
+@pytest.mark.parametrize("value", ["", "+", "-", "+,", "-1"])
+@pytest.mark.parametrize(
+    ("entity", "name", "key"), [("qos", "high", "flags"), ("qos", "high", "preempt"), ("user", "bob", "qos")]
+)
+def test_empty_list_values_clear_or_are_refused(store, entity, name, key, value):
+    try:
+        puts, deletes, _ = P.plan_change(store, "modify", entity, [name], {}, {key: value}, "spur")
+    except P.PlanError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert A.apply_change(store, puts, deletes) is None
+    rows = store["qos"] if entity == "qos" else {k: r for k, r in store["assocs"].items() if r["user"] == name}
+    assert all(not row[key] for row in (rows.values() if entity == "user" else [rows[name]]))

@@ -251,11 +251,13 @@ def parse_tres(key: str, text: str, old: dict[str, int]) -> dict[str, int]:
 def _list_change(key: str, text: str, old: list[str], known: dict[str, Any], what: str) -> list[str]:
     """qos=a,b (replace), qos=+a / qos+=a (add), qos=-a / qos-=a (remove); every name must exist."""
     op = ""
-    if text[:1] in "+-" and text != "-1":
+    if text[:1] in ("+", "-") and text != "-1":
         op, text = text[0], text[1:]
     if text in ("-1", "") and not op:
         return []
-    names = _names(text, what)
+    names = _names(text, what, allow_empty=True)
+    if op and not names:
+        raise PlanError(f"{key}{op}=: name the {what} to {'add' if op == '+' else 'remove'}")
     for name in names:
         if name not in known:
             raise PlanError(f"{key}=: {what} {name} does not exist (sacctmgr show {what} lists them; add it first)")
@@ -319,7 +321,7 @@ def parse_setting(store: dict[str, Any], key: str, kind: str, text: str, old: An
 
 def _flags(key: str, text: str, old: list[str]) -> list[str]:
     op = ""
-    if text[:1] in "+-" and text != "-1":
+    if text[:1] in ("+", "-") and text != "-1":
         op, text = text[0], text[1:]
     if text in ("-1", "") and not op:
         return []
@@ -405,7 +407,7 @@ class _Planner:
                     raise PlanError(f"{key}{op}= only works on lists (qos, preempt, flags); use {key}=")
                 text = op + text
             old = row.get(field)
-            if field == "qos" and not old and text[:1] in "+-" and text != "-1":
+            if field == "qos" and not old and text[:1] in ("+", "-") and text != "-1":
                 # qos+=x on an association that inherits its list: slurmdbd starts from the inherited one
                 old = A.allowed_qos(self.store, A.assoc_key(row["account"], row["user"], row["partition"]))
             value = parse_setting(self.store, key, kind, text, old)
