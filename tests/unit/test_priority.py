@@ -268,9 +268,9 @@ def fake_controller(monkeypatch):
 
 SPRIO = ["016-sprio", "017-sprio-l", "018-sprio-n", "019-sprio-w", "020-sprio-h", "021-sprio-j", "022-sprio-u",
          "023-sprio-o", "024-sprio-format", "025-sprio-l-n", "026-sprio-j-unknown", "007-sprio-empty"]  # fmt: skip
-SSHARE = ["028-sshare", "029-sshare-a", "030-sshare-l", "031-sshare-a-l", "032-sshare-u", "033-sshare-u-daemon-nobody",
-          "034-sshare-A", "035-sshare-A-a", "036-sshare-P", "037-sshare-p", "038-sshare-n", "039-sshare-o",
-          "040-sshare-o-widths", "041-sshare-A-unknown", "043-nobody-sshare"]  # fmt: skip
+SSHARE = ["029-sshare", "030-sshare-a", "031-sshare-l", "032-sshare-a-l", "033-sshare-u", "034-sshare-u-daemon-nobody",
+          "035-sshare-A", "036-sshare-A-a", "037-sshare-P", "038-sshare-p", "039-sshare-n", "040-sshare-o",
+          "041-sshare-o-widths", "042-sshare-A-unknown", "044-nobody-sshare"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SPRIO + SSHARE)
@@ -312,3 +312,20 @@ def test_sprio_under_basic_says_what_slurm_says(monkeypatch, capsys):
         "(priority/basic).",
         "Only 'priority/multifactor' is supported.",
     ]
+
+
+def test_scontrol_show_config_prints_slurms_priority_keys():
+    import json
+
+    from spur_hpc.cli import jobcontrol
+
+    text = '[scheduler]\npriority_type = "multifactor"\npriority_calc_period = "1"\n' + "".join(
+        f"priority_weight_{k} = {v}\n" for k, v in WEIGHTS.items()
+    )
+    lines = [f"{k:<{jobcontrol.CONFIG_KEY_WIDTH}} = {v}" for k, v in jobcontrol.priority_pairs(C.parse(text).scheduler)]
+    captured = json.loads((GOLDEN / "027-scontrol-show-config.json").read_text())["stdout"].splitlines()
+    # PriorityParameters and the site factor plugin's keys have no Spur equivalent (docs/cli.md)
+    slurm = [line for line in captured if line.startswith("Priority") and "Parameters" not in line
+             and "SiteFactor" not in line]  # fmt: skip
+    assert lines == slurm
+    assert jobcontrol.priority_pairs(C.parse("").scheduler) == [("PriorityType", "priority/basic")]

@@ -74,6 +74,7 @@ PRIORITY_SESSION: list[Run | Wait] = [
     Run("sprio-format", "sprio --format='%i|%u|%Y|%y|%F|%f|%Q|%q|%a|%A|%J|%j|%P|%p|%N|%r|%c|%o'"),
     Run("sprio-l-n", "sprio -l -n"),
     Run("sprio-j-unknown", "sprio -j 99999"),
+    Run("scontrol-show-config", "scontrol show config"),  # the Priority* keys priority/multifactor adds
     Run("sprio-bad-option", "sprio --bogus"),
     Run("sshare", "sshare"),
     Run("sshare-a", "sshare -a"),

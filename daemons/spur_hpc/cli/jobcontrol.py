@@ -174,7 +174,7 @@ def config_pairs(conf: Any, info: Any, addresses: list[str], path: str) -> list[
         ("PreemptMode", "OFF"),
         # Slurm's preempt/qos is what [scheduler] preempt_type = "qos_priority" does (docs/controller.md "Preemption")
         ("PreemptType", "preempt/qos" if conf.scheduler.preempt_type == "qos_priority" else "preempt/none"),
-        ("PriorityType", "priority/basic"),  # submission order, less nice (controller/state.py)
+        *priority_pairs(conf.scheduler),
         ("PrivateData", "none"),
         ("ReturnToService", "1"),  # a node that stopped responding is back in service when its agent registers
         ("SchedulerType", "sched/builtin"),
@@ -191,6 +191,31 @@ def config_pairs(conf: Any, info: Any, addresses: list[str], path: str) -> list[
         ("StateSaveLocation", c.state_dir),
     ]
     return pairs
+
+
+def priority_pairs(sch: Any) -> list[tuple[str, str]]:
+    """[scheduler] priority_*: priority/basic is submission order less nice (controller/state.py); multifactor
+    adds Slurm's Priority* keys (docs/controller.md "Priority"): Fair Tree needs no PriorityFlags, usage is never
+    reset, and no TRES has a weight."""
+    if sch.priority_type != "multifactor":
+        return [("PriorityType", "priority/basic")]
+    limit = model.parse_time_limit
+    return [
+        ("PriorityDecayHalfLife", units.format_clock(limit(sch.priority_decay_half_life))),
+        ("PriorityCalcPeriod", units.format_clock(limit(sch.priority_calc_period))),
+        ("PriorityFavorSmall", "Yes" if sch.priority_favor_small else "No"),
+        ("PriorityFlags", ""),
+        ("PriorityMaxAge", units.format_clock(limit(sch.priority_max_age))),
+        ("PriorityUsageResetPeriod", "NONE"),
+        ("PriorityType", "priority/multifactor"),
+        ("PriorityWeightAge", str(sch.priority_weight_age)),
+        ("PriorityWeightAssoc", str(sch.priority_weight_assoc)),
+        ("PriorityWeightFairShare", str(sch.priority_weight_fairshare)),
+        ("PriorityWeightJobSize", str(sch.priority_weight_job_size)),
+        ("PriorityWeightPartition", str(sch.priority_weight_partition)),
+        ("PriorityWeightQOS", str(sch.priority_weight_qos)),
+        ("PriorityWeightTRES", "(null)"),
+    ]
 
 
 def config_lines(client: Any, now: float | None = None) -> list[str]:

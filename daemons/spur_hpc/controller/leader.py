@@ -272,16 +272,17 @@ class LeaderDuties:
         self.next_priority_calc = now + max(1, conf.calc_period_secs)
         now_wall = self.service.clock()
 
-        def plan(s: Any) -> tuple[list[list[int]], bool] | None:
+        def plan(s: Any) -> tuple[Any, bool] | None:
             if s.wal_level < 5:
                 return None
-            changes = priority.changed_priorities(s, now_wall, self.service.partitions, conf)
-            return changes, s.assoc is not None and fairshare.half_life(s.assoc) != conf.half_life_secs
+            taken = priority.snapshot(s, now_wall, self.service.partitions, conf)
+            return taken, s.assoc is not None and fairshare.half_life(s.assoc) != conf.half_life_secs
 
         planned = self.raft.read(plan)
         if planned is None:
             return
-        changes, half_life_differs = planned
+        taken, half_life_differs = planned
+        changes = priority.changes(*taken)  # outside the state lock: 100,000 pending jobs take seconds
         for start in range(0, max(1, len(changes)), PRIORITIES_PER_RECORD):
             chunk = changes[start : start + PRIORITIES_PER_RECORD]
             if not chunk and not half_life_differs:

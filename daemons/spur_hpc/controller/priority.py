@@ -77,6 +77,24 @@ class Context:
         self.max_qos = max(self.qos_priority.values(), default=0)
         rows = store["assocs"].values() if store else ()
         self.max_assoc = max((max(0, int(r.get("priority") or 0)) for r in rows), default=0)
+        # (user, account, partition, qos) -> (fairshare, qos, assoc) factors: a queue of 100,000 jobs has few
+        self.by_assoc: dict[tuple[str, str, str, str], tuple[float, float, float]] = {}
+
+    def assoc_factors(self, spec: dict[str, Any]) -> tuple[float, float, float]:
+        """The fair-share, QOS and association factors of a job's association and QOS (worked out once each)."""
+        memo_key = (spec.get("user", ""), spec.get("account", ""), spec.get("partition", ""), spec.get("qos", ""))
+        found = self.by_assoc.get(memo_key)
+        if found is None:
+            key = job_assoc_key(self.store, spec)
+            fs = self.shares[key]["fairshare"] if key in self.shares else 0.0
+            qos_name = job_qos(self.store, spec, key)
+            qos = self.qos_priority.get(qos_name, 0) / self.max_qos if self.max_qos else 0.0
+            assoc = 0.0
+            if key is not None and self.max_assoc:
+                own = associations.effective(self.store, key, "priority")
+                assoc = max(0, int(own)) / self.max_assoc if own != associations.NO_LIMIT else 0.0
+            found = self.by_assoc[memo_key] = (fs, qos, assoc)
+        return found
 
 
 def job_assoc_key(store: dict[str, Any] | None, spec: dict[str, Any]) -> str | None:
@@ -104,8 +122,7 @@ def factors(job: dict[str, Any], ctx: Context) -> dict[str, float]:
     eligible = float(job.get("eligible_time") or job.get("submit_time") or 0.0)
     waited = max(0.0, ctx.now - eligible)
     age = 1.0 if conf.max_age_secs <= 0 else min(1.0, waited / conf.max_age_secs)
-    key = job_assoc_key(ctx.store, spec)
-    fs = ctx.shares[key]["fairshare"] if key in ctx.shares else 0.0
+    fs, qos, assoc = ctx.assoc_factors(spec)
     nodes = placement.node_count(spec)
     cpus = max(1, int(spec.get("tasks") or 1)) * max(1, int(spec.get("cpus_per_task") or 1))
     size = min(1.0, (nodes / ctx.cluster_nodes + cpus / ctx.cluster_cpus) / 2)
@@ -113,12 +130,6 @@ def factors(job: dict[str, Any], ctx: Context) -> dict[str, float]:
         size = 1.0 - size
     part = placement.job_partition(spec)
     partition = ctx.part_factor.get(part, 1) / ctx.max_part if ctx.max_part else 0.0
-    qos_name = job_qos(ctx.store, spec, key)
-    qos = ctx.qos_priority.get(qos_name, 0) / ctx.max_qos if ctx.max_qos else 0.0
-    assoc = 0.0
-    if key is not None and ctx.max_assoc:
-        own = associations.effective(ctx.store, key, "priority")
-        assoc = max(0, int(own)) / ctx.max_assoc if own != associations.NO_LIMIT else 0.0
     return {"age": age, "fairshare": fs, "job_size": size, "partition": partition, "qos": qos, "assoc": assoc}
 
 
@@ -141,13 +152,20 @@ def new_job_priority(s: Any, spec: dict[str, Any], now: float, parts: Any, conf:
 def changed_priorities(s: Any, now: float, parts: Any, conf: Settings) -> list[list[int]]:
     """[[job id, priority], ...] of the pending, unheld jobs whose multifactor priority differs from the one
     they have (the leader's periodic job_priorities record), by job id."""
-    ctx = Context(s, now, parts, conf)
+    return changes(*snapshot(s, now, parts, conf))
+
+
+def snapshot(s: Any, now: float, parts: Any, conf: Settings) -> tuple[list[dict[str, Any]], Context]:
+    """What changes() needs, taken under the state lock: the pending, unheld jobs (the records themselves, read
+    afterwards without the lock: a job updated meanwhile gets its priority at the next period) and the Context."""
+    pending = [job for _job_id, job in sorted(s.jobs.items()) if job["state"] == PENDING and not job.get("held")]
+    return pending, Context(s, now, parts, conf)
+
+
+def changes(pending: list[dict[str, Any]], ctx: Context) -> list[list[int]]:
     out = []
-    for job_id in sorted(s.jobs):
-        job = s.jobs[job_id]
-        if job["state"] != PENDING or job.get("held"):
-            continue
+    for job in pending:
         value = job_priority(job, ctx)
         if value != job.get("priority"):
-            out.append([job_id, value])
+            out.append([job["job_id"], value])
     return out
