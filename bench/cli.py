@@ -56,6 +56,7 @@ def main() -> None:
             cluster.start()
             leader = cluster.wait_leader(timeout=30)
             env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()), PATH=f"{BIN}:{os.environ['PATH']}")
+            env = common.command_env(env, root)
             env.pop("SPUR_CONTROLLER_ADDR", None)
             timed([str(BIN / "sbatch"), "-Q", "--wrap", "true"], env, work)  # warm the page cache
             loop = f"for i in $(seq {opts.jobs}); do sbatch -Q --wrap true || exit 1; done"

@@ -192,6 +192,17 @@ def print_rows(rows: list[dict]) -> None:
         print(f"  {mark}  {r['label']}: {describe(r)}" + (f"  ({r['detail']})" if r.get("detail") else ""), flush=True)
 
 
+def command_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
+    """env for timing Spur's commands as an installed release runs them: with their modules' bytecode cached.
+    The source tree's __pycache__ is stale for every module changed since it was written, and with
+    PYTHONDONTWRITEBYTECODE (set on this machine) each command would compile those again on every run: a cost
+    an installed release (pip writes the .pyc files) never pays. So the bytecode goes to a scratch prefix,
+    written by the first (warm-up) run."""
+    env = dict(env, PYTHONPYCACHEPREFIX=str(scratch / "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
     data = Path(f"/proc/{pid}/stat").read_bytes()

@@ -115,7 +115,7 @@ def main() -> None:
             print(f"slurm up in {time.monotonic() - t0:.1f} s (slurmctld on 127.0.0.1:{peer.ctld_port})", flush=True)
             cluster.start()
             leader = cluster.wait_leader(timeout=30)
-            spur_env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()))
+            spur_env = common.command_env(dict(os.environ, SPUR_CONF=str(cluster.client_conf())), root)
             spur_env.pop("SPUR_CONTROLLER_ADDR", None)
             spur_env.pop("SLURM_CONF", None)
             slurm_env = peer.env()
@@ -158,6 +158,7 @@ def main() -> None:
             print(f"queues: {counts}", flush=True)
             time.sleep(2)
             for side, (_sbatch, squeue, env) in sides.items():
+                walls([squeue, "-u", "nobody"], env, 1)  # warm-up, not counted (Spur's writes its bytecode)
                 all_walls = walls([squeue], env, opts.calls, counts[side] + 1)
                 user_walls = walls([squeue, "-u", "nobody"], env, opts.calls, opts.user_jobs + 1)
                 res[side].update(

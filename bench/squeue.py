@@ -140,6 +140,8 @@ def main() -> None:
             rpc_all_f = rpc_latencies(follower.grpc_addr, all_req, opts.calls // 2, opts.jobs)
             rpc_user_f = rpc_latencies(follower.grpc_addr, user_req, opts.calls, opts.user_jobs)
             env = dict(os.environ, SPUR_CONF=str(cluster.client_conf()), SPUR_CONTROLLER_ADDR=leader.grpc_addr)
+            env = common.command_env(env, root)
+            command_walls([str(BIN / "squeue"), "-u", "nobody"], env, 1, opts.user_jobs + 1)  # writes the bytecode
             cmd_all = command_walls([str(BIN / "squeue")], env, opts.command_calls, opts.jobs + 1)
             cmd_user = command_walls([str(BIN / "squeue"), "-u", "nobody"], env, opts.command_calls, opts.user_jobs + 1)
             print(
