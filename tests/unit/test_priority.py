@@ -329,3 +329,20 @@ def test_scontrol_show_config_prints_slurms_priority_keys():
              and "SiteFactor" not in line]  # fmt: skip
     assert lines == slurm
     assert jobcontrol.priority_pairs(C.parse("").scheduler) == [("PriorityType", "priority/basic")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["sprio", "-j", "x"], "sprio: error: invalid job id 'x': job ids are positive numbers"),
+        (["sprio", "extra"], "sprio: error: unexpected argument 'extra'; sprio takes options only"),
+        (["sshare", "-o", "Nope"], 'sshare: error: Invalid field requested: "Nope"; sshare --helpformat lists'),
+        (["sshare", "-o", "User%x"], "sshare: error: -o User%x: the width after % must be a number, like User%20"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(argv, line, fake_controller, capsys):
+    from spur_hpc.cli import slurm
+
+    assert getattr(slurm, f"{argv[0]}_main")(argv[1:]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1
