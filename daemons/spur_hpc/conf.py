@@ -102,6 +102,20 @@ _NAME = r"[A-Za-z0-9_-]{1,63}"
 PRIVATE_DATA_CATEGORIES = ("jobs", "usage")
 # [accounting] enforce's words (Slurm's AccountingStorageEnforce, those Spur implements)
 ENFORCE_WORDS = ("associations", "limits", "qos", "safe")
+# What each word turns on, as in Slurm: limits and qos imply associations, safe implies limits.
+ENFORCE_IMPLIES = {
+    "associations": ("associations",),
+    "limits": ("limits", "associations"),
+    "qos": ("qos", "associations"),
+    "safe": ("safe", "limits", "associations"),
+}
+
+
+def enforce_flags(words: Any) -> tuple[str, ...]:
+    """[accounting] enforce's words with what they imply, in ENFORCE_WORDS' order (Slurm prints them so:
+    AccountingStorageEnforce=associations,limits,qos)."""
+    on = {implied for word in words or () for implied in ENFORCE_IMPLIES.get(word, (word,))}
+    return tuple(word for word in ENFORCE_WORDS if word in on)
 _NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 _GRES_NAME = r"[A-Za-z0-9_.-]{1,64}"

@@ -334,3 +334,23 @@ def test_empty_list_values_clear_or_are_refused(store, entity, name, key, value)
     assert A.apply_change(store, puts, deletes) is None
     rows = store["qos"] if entity == "qos" else {k: r for k, r in store["assocs"].items() if r["user"] == name}
     assert all(not row[key] for row in (rows.values() if entity == "user" else [rows[name]]))
+
+
+def test_show_config_prints_accounting_storage_enforce_as_slurm(tmp_path):
+    """The priority capture's slurm.conf had AccountingStorageEnforce=associations; Slurm prints the implied words
+    too (qos -> associations,qos) and none when nothing is enforced."""
+    from types import SimpleNamespace
+
+    from spur_hpc import conf
+    from spur_hpc.cli import jobcontrol
+
+    path = tmp_path / "spur.conf"
+    info = SimpleNamespace(cluster_name="c", next_job_id=1)
+    for words, shown in (
+        ("[]", "none"),
+        ('["qos"]', "associations,qos"),
+        ('["safe", "qos"]', "associations,limits,qos,safe"),
+    ):
+        path.write_text(f"[accounting]\nenforce = {words}\n")
+        pairs = dict(jobcontrol.config_pairs(conf.load(str(path)), info, ["h:6817"], str(path)))
+        assert pairs["AccountingStorageEnforce"] == shown

@@ -153,11 +153,13 @@ def config_pairs(conf: Any, info: Any, addresses: list[str], path: str) -> list[
     value of Spur's setting (this host's spur.conf, read as the controllers read theirs, or the controllers'
     answer). docs/cli.md lists the keys left out and why."""
     from spur_hpc import buildinfo
+    from spur_hpc.conf import enforce_flags
 
     c, a = conf.controller, conf.agent
     munge = conf.auth.type == "munge"
     pairs = [
-        ("AccountingStorageEnforce", "none"),  # Spur has no associations to enforce yet (issue 22)
+        # [accounting] enforce with what its words imply, as Slurm prints AccountingStorageEnforce
+        ("AccountingStorageEnforce", ",".join(enforce_flags(conf.accounting.enforce)) or "none"),
         *([("AuthInfo", f"socket={conf.auth.munge_socket}")] if munge else []),
         ("AuthType", "auth/munge" if munge else "auth/none"),
         ("ClusterName", info.cluster_name or "(null)"),

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spur_hpc.conf import enforce_flags
+
 # sacctmgr's AdminLevel words, lowest first.
 ADMIN_LEVELS = ("None", "Operator", "Administrator")
 ROOT_ACCOUNT = "root"
@@ -36,13 +38,6 @@ MAX_QOS = 1_000
 # Slurm's error texts (slurm_errno.c) that sbatch prints after "Batch job submission failed: ".
 SLURM_INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
 SLURM_INVALID_QOS = "Invalid qos specification"
-# What each [accounting] enforce word turns on (Slurm: limits and qos imply associations, safe implies limits).
-ENFORCE_IMPLIES = {
-    "associations": ("associations",),
-    "limits": ("limits", "associations"),
-    "qos": ("qos", "associations"),
-    "safe": ("safe", "limits", "associations"),
-}
 
 
 def assoc_key(account: str, user: str = "", partition: str = "") -> str:
@@ -228,8 +223,8 @@ class Refusal(Exception):
 
 
 def enforced(words: Any) -> frozenset[str]:
-    """[accounting] enforce's words with what they imply."""
-    return frozenset(implied for word in words or () for implied in ENFORCE_IMPLIES.get(word, (word,)))
+    """[accounting] enforce's words with what they imply (conf.enforce_flags)."""
+    return frozenset(enforce_flags(words))
 
 
 def resolve_job(
