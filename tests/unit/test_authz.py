@@ -176,7 +176,7 @@ def test_private_jobs_hide_other_users_jobs_as_if_they_did_not_exist(world) -> N
     assert listed(servicer, 2) == [bobs]
 
 
-def test_private_jobs_show_a_coordinator_the_jobs_of_the_accounts_below_theirs(world) -> None:
+def test_a_coordinator_sees_and_acts_on_the_jobs_of_the_accounts_below_theirs(world) -> None:
     store = world.state.assoc
     puts = [
         {"kind": "account", "key": "chem", "row": associations.new_account("chem", "root", coordinators=[ALICE])},
@@ -190,6 +190,11 @@ def test_private_jobs_show_a_coordinator_the_jobs_of_the_accounts_below_theirs(w
     assert assoc_visible({"user": BOB, "account": "x"}) and not assoc_visible({"user": "", "account": "x"})
     assert not assoc_visible({"user": ALICE, "account": "x"})
     assert authz.assoc_filter(who(3, OPS), store) is None, "an operator sees every association"
+    # A coordinator also acts on the jobs of those accounts (Slurm's job_signal), and on no other.
+    bobs_lab_job = {"user": BOB, "uid": 2, "account": "lab"}
+    assert authz.acts_on_job(who(1, ALICE), bobs_lab_job, store)
+    assert not authz.acts_on_job(who(1, ALICE), {**bobs_lab_job, "account": "root"}, store)
+    assert not authz.acts_on_job(who(2, BOB), {"user": ALICE, "uid": 1, "account": "chem"}, store)
     assert Authorizer(config(("jobs",))).assoc_filter(who(2, BOB), store) is None, "usage is not private"
 
 

@@ -5,9 +5,11 @@
   accounts they coordinate), under "usage" only their own associations; operators and administrators see all;
 - a job's script and environment: its owner, operators and administrators, whatever private_data says;
 - submitting: any user, as themselves and under one of their own groups (an administrator may submit for others);
-- cancelling, holding, releasing, requeueing, updating a job: its owner, an operator or an administrator;
+- cancelling, holding, releasing, requeueing, updating a job: its owner, a coordinator of its account, an
+  operator or an administrator;
 - draining, resuming, updating nodes, suspending jobs: operators and administrators;
-- changing the association store (sacctmgr), raising the WAL level: administrators;
+- changing the association store (sacctmgr): operators, administrators to make someone an Administrator;
+- raising the WAL level: root and [auth] admins;
 - agent traffic (register, heartbeat, job completion): root and [auth] admins only (agents run as root).
 Levels are sacctmgr's AdminLevel (None, Operator, Administrator), kept in the association store. root, the uid
 the daemons run as (Slurm's SlurmUser) and the users and @groups in [auth] admins are Administrators whatever
@@ -79,14 +81,16 @@ class Authorizer:
         if not self.at_least(who, wanted, store):
             raise errors.PermissionDenied(f"user {who.user} (uid {who.uid}) may not {action}: {needs(who, wanted)}")
 
-    def owns_or_operator(self, who: Identity, owner: str, owner_uid: int, store: dict[str, Any] | None) -> bool:
-        return who.uid == owner_uid or who.user == owner or self.at_least(who, OPERATOR, store)
+    def acts_on_job(self, who: Identity, spec: dict[str, Any], store: dict[str, Any] | None) -> bool:
+        """Its owner, an operator or a coordinator of its account (Slurm's job_signal, job_hold, update_job...)."""
+        if who.uid == spec.get("uid", -1) or who.user == spec.get("user") or self.at_least(who, OPERATOR, store):
+            return True
+        return bool(spec.get("account")) and spec["account"] in coordinated_accounts(store, who.user)
 
-    def require_owner_or_operator(
-        self, who: Identity, owner: str, owner_uid: int, action: str, store: dict[str, Any] | None
-    ) -> None:
-        if self.owns_or_operator(who, owner, owner_uid, store):
+    def require_job_actor(self, who: Identity, spec: dict[str, Any], action: str, store: dict[str, Any] | None) -> None:
+        if self.acts_on_job(who, spec, store):
             return
+        owner = spec.get("user", "")
         raise errors.PermissionDenied(
             f"user {who.user} (uid {who.uid}) may not {action}: it belongs to {owner}; {needs(who, OPERATOR)}"
         )

@@ -279,12 +279,10 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         return self.service.read(lambda s: s.assoc)
 
     def _require_job_owner(self, who, job_id: int, action: str, store: dict[str, Any] | None = None) -> None:
-        """Its owner, an operator or an administrator may act on a job."""
+        """Its owner, a coordinator of its account, an operator or an administrator may act on a job."""
         spec = self.service.get_job(job_id)["spec"]
         store = self._store() if store is None else store
-        self.node.authz.require_owner_or_operator(
-            who, spec.get("user", ""), spec.get("uid", -1), f"{action} {job_id}", store
-        )
+        self.node.authz.require_job_actor(who, spec, f"{action} {job_id}", store)
 
     def _require_operator(self, who, action: str) -> dict[str, Any] | None:
         """Operators and administrators only; the store the check read, for the caller's further checks."""
