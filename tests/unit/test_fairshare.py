@@ -57,17 +57,24 @@ def test_charge_reaches_every_ancestor_and_nothing_else():
 
 
 def test_job_charge_is_cpus_times_run_seconds_times_usage_factor_without_suspended_time():
-    job = {
-        "start_time": 100.0,
-        "attempt": 1,
-        "alloc": {"cpus": 2, "per_node": {"n1": {"cpus": 2}, "n2": {"cpus": 4}}},
-    }
-    assert F.job_charge(job, 1.0, 160.0) == 6 * 60
-    assert F.job_charge(job, 0.5, 160.0) == 3 * 60
-    suspended = dict(job, suspend_attempt=1, suspended_secs=10.0)
-    assert F.job_charge(suspended, 1.0, 160.0) == 6 * 50
-    still = dict(suspended, suspended=1, suspend_time=150.0)  # ended while suspended since 150
+    def job(**extra):
+        return {"start_time": 100.0, "attempt": 1,
+                "alloc": {"cpus": 2, "per_node": {"n1": {"cpus": 2}, "n2": {"cpus": 4}}}, **extra}  # fmt: skip
+
+    assert F.job_charge(job(), 1.0, 160.0) == 6 * 60
+    assert F.job_charge(job(), 0.5, 160.0) == 3 * 60
+    assert F.job_charge(job(suspend_attempt=1, suspended_secs=10.0), 1.0, 160.0) == 6 * 50
+    still = job(suspend_attempt=1, suspended_secs=10.0, suspended=1, suspend_time=150.0)  # suspended since 150
     assert F.job_charge(still, 1.0, 160.0) == 6 * 40
+
+
+def test_a_running_job_is_charged_by_parts_never_twice():
+    job = {"start_time": 100.0, "attempt": 1, "alloc": {"cpus": 1, "per_node": {"n1": {"cpus": 1}}}}
+    assert F.job_charge(job, 1.0, 130.0) == 30.0  # the leader's period
+    assert F.job_charge(job, 1.0, 130.0) == 0.0  # the same time again: nothing more
+    assert F.job_charge(job, 1.0, 190.0) == 60.0  # its end: the rest
+    job.update(attempt=2, start_time=300.0)  # requeued, a new run: counted from its own start
+    assert F.job_charge(job, 1.0, 310.0) == 10.0
 
 
 def test_fair_tree_equal_shares_used_user_ranks_lower():

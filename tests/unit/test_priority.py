@@ -114,6 +114,19 @@ def test_a_user_who_used_the_cluster_gets_a_lower_priority_and_usage_halves():
     assert pending_in_order(s) == [b, a]  # the scheduler takes bob's first though alice submitted first
 
 
+def test_running_jobs_are_charged_each_period_and_the_rest_at_their_end():
+    conf = settings()
+    s = cluster()
+    job_id = submit(s, conf, 0.0, user="alice", tasks=2)
+    s.apply(rec("job_start", job_id=job_id, nodes=["n1"], attempt=1, time=100.0))
+    key = A.assoc_key("phys", "alice")
+    s.apply(rec("job_priorities", priorities=[], half_life=0.0, time=130.0, charge_running=True))
+    assert s.assoc["usage"][key] == [60.0, 130.0]  # 2 CPUs for 30 s, while it runs
+    s.apply(rec("job_priorities", priorities=[], half_life=0.0, time=130.0, charge_running=False))
+    s.apply(rec("job_end", job_id=job_id, attempt=1, state="COMPLETED", exit_code=0, signal=0, time=160.0))
+    assert s.assoc["usage"][key] == [120.0, 160.0]  # the whole run once: 2 CPUs for 60 s
+
+
 def test_job_priorities_applies_to_pending_jobs_and_holds_keep_zero():
     conf = settings()
     s = cluster()

@@ -23,6 +23,7 @@ from spur_hpc.controller import associations
 
 DEFAULT_HALF_LIFE_SECS = 7 * 86400  # Slurm's PriorityDecayHalfLife default, 7-0
 HALF_LIFE_KEY = "usage_half_life"
+CHARGED_KEY = "usage_charged"  # a running job's [attempt, run seconds charged so far]
 
 
 def half_life(store: dict[str, Any]) -> float:
@@ -59,18 +60,28 @@ def charge(store: dict[str, Any], key: str, amount: float, when: float) -> list[
     return keys
 
 
-def job_charge(job: dict[str, Any], usage_factor: float, end: float) -> float:
-    """What a run of a job that ends at `end` charges: the CPUs it held on every node times the seconds it ran
-    (not those it spent suspended), times its QOS UsageFactor."""
+def run_secs(job: dict[str, Any], at: float) -> float:
+    """Seconds the job's current run has run by `at`, not counting those it spent suspended."""
+    ran = at - float(job.get("start_time") or 0.0)
+    if job.get("suspend_attempt") == job.get("attempt"):
+        ran -= float(job.get("suspended_secs") or 0.0)
+        if job.get("suspended") == job.get("attempt"):  # suspended now: not run since
+            ran -= at - float(job.get("suspend_time") or 0.0)
+    return max(0.0, ran)
+
+
+def job_charge(job: dict[str, Any], usage_factor: float, at: float) -> float:
+    """What the job's current run charges at `at`: the CPUs it holds on every node times the seconds it ran since
+    what was charged already (CHARGED_KEY: the leader's periodic records charge running jobs, as slurmctld's decay
+    thread does), times its QOS UsageFactor. Marks those seconds charged."""
     alloc = job.get("alloc") or {}
     per_node = alloc.get("per_node") or {}
     cpus = sum(int(held.get("cpus") or 0) for held in per_node.values()) or int(alloc.get("cpus") or 0)
-    ran = end - float(job.get("start_time") or 0.0)
-    if job.get("suspend_attempt") == job.get("attempt"):
-        ran -= float(job.get("suspended_secs") or 0.0)
-        if job.get("suspended") == job.get("attempt"):  # ended while suspended: not run since
-            ran -= end - float(job.get("suspend_time") or 0.0)
-    return max(0.0, ran) * cpus * max(0.0, usage_factor)
+    ran = run_secs(job, at)
+    done = job.get(CHARGED_KEY) or [0, 0.0]
+    before = float(done[1]) if done[0] == job.get("attempt") else 0.0
+    job[CHARGED_KEY] = [job.get("attempt"), max(ran, before)]
+    return max(0.0, ran - before) * cpus * max(0.0, usage_factor)
 
 
 # ------------------------------------------------------------------ the tree

@@ -276,18 +276,26 @@ class LeaderDuties:
             if s.wal_level < 5:
                 return None
             taken = priority.snapshot(s, now_wall, self.service.partitions, conf)
-            return taken, s.assoc is not None and fairshare.half_life(s.assoc) != conf.half_life_secs
+            differs = s.assoc is not None and fairshare.half_life(s.assoc) != conf.half_life_secs
+            return taken, differs, bool(self.jobs.sync(s).running)
 
         planned = self.raft.read(plan)
         if planned is None:
             return
-        taken, half_life_differs = planned
+        taken, half_life_differs, running = planned
         changes = priority.changes(*taken)  # outside the state lock: 100,000 pending jobs take seconds
         for start in range(0, max(1, len(changes)), PRIORITIES_PER_RECORD):
             chunk = changes[start : start + PRIORITIES_PER_RECORD]
-            if not chunk and not half_life_differs:
+            charge = start == 0 and running  # the running jobs' usage so far, once a period
+            if not chunk and not half_life_differs and not charge:
                 return
-            self.service.write("job_priorities", priorities=chunk, half_life=conf.half_life_secs, time=now_wall)
+            self.service.write(
+                "job_priorities",
+                priorities=chunk,
+                half_life=conf.half_life_secs,
+                time=now_wall,
+                charge_running=charge,
+            )
         if changes:
             log.info("priority/multifactor: %d pending jobs have a new priority", len(changes))
 

@@ -546,8 +546,9 @@ class ClusterState(StepOps):
         self._steps_job_finished(job)
 
     def _charge_usage(self, job: dict[str, Any], when: float) -> None:
-        """A run that ends charges its CPU seconds to its association and every ancestor (fairshare.py), at the
-        record's time: the fair-share factor's usage. Before WAL level 5 there is no store to charge."""
+        """A run charges its CPU seconds not charged yet to its association and every ancestor (fairshare.py),
+        at the record's time: when it ends, and at each period of the leader's while it runs. The fair-share
+        factor's usage. Before WAL level 5 there is no store to charge."""
         if self.wal_level < 5 or self.assoc is None or not job.get("start_time"):
             return
         key = priority.job_assoc_key(self.assoc, job["spec"])
@@ -559,8 +560,9 @@ class ClusterState(StepOps):
 
     def _op_job_priorities(self, r: dict[str, Any]) -> dict[str, Any]:
         """The leader's periodic priority/multifactor recalculation: [[job id, priority], ...] of pending jobs
-        (a job no longer pending is skipped; a held one keeps 0 until released), and the decay half-life the
-        store's usage is charged with from now on (fairshare.py)."""
+        (a job no longer pending is skipped; a held one keeps 0 until released), the decay half-life the
+        store's usage is charged with from now on (fairshare.py), and with charge_running, the running jobs'
+        usage up to the record's time."""
         changed = 0
         for job_id, value in r.get("priorities") or []:
             job = self.jobs.get(int(job_id))
@@ -572,6 +574,11 @@ class ClusterState(StepOps):
                 changed += 1
         if self.assoc is not None and "half_life" in r:
             self.assoc[fairshare.HALF_LIFE_KEY] = max(0.0, float(r["half_life"]))
+        if r.get("charge_running") and "time" in r:  # usage of the runs so far, as slurmctld charges every period
+            when = float(r["time"])
+            for job in self.jobs.values():
+                if job["state"] == RUNNING:
+                    self._charge_usage(job, when)
         return ok(changed=changed)
 
     def _op_job_requeue(self, r: dict[str, Any]) -> dict[str, Any]:
