@@ -51,3 +51,10 @@ def test_a_truncated_large_answer_is_one_clear_error() -> None:
         assert "the answer of 127.0.0.1:6817 is not a valid ListJobsReply" in str(exc)
     else:
         raise AssertionError("a truncated answer was accepted")
+
+
+def test_the_runtime_reads_the_descriptor_slurm_pb2_carries_without_importing_it() -> None:
+    assert controller.serialized_descriptor() == slurm_pb2.DESCRIPTOR.serialized_pb
+    large = controller._decode("ListJobsReply", queue(3000), "127.0.0.1:6817")
+    assert type(large) is not slurm_pb2.ListJobsReply, "built from the descriptor, not slurm_pb2's class"
+    assert large.jobs[2].spec.name == "job-3" and large.jobs[2].state == slurm_pb2.RUNNING
