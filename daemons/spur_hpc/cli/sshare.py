@@ -67,7 +67,7 @@ def fixed(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.6f}"
 
 
-def row_values(row: Any, indent: int, run_mins: dict[str, dict[str, float]]) -> dict[str, str]:
+def row_values(row: Any, indent: int, run_mins: dict[str, dict[str, float]], cluster: str = "") -> dict[str, str]:
     """One association's fields as sshare prints them: the root row has no shares, no NormUsage or LevelFS;
     an account's row has no FairShare."""
     root = not row.parent and not row.user
@@ -87,8 +87,8 @@ def row_values(row: Any, indent: int, run_mins: dict[str, dict[str, float]]) -> 
         "GrpTRESRaw": ",".join(f"{k}={int(v)}" for k, v in sorted(row.tres_usage_raw.items())),
         "TRESRunMins": ",".join(f"{name}={int(tres.get(name, 0))}" for name in RUN_TRES),
         "Partition": row.partition,
-        "Cluster": "",
-        "ID": "",
+        "Cluster": cluster,
+        "ID": "",  # the association's id is sacctmgr's (ListShares does not carry it)
     }
 
 
@@ -153,11 +153,13 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     rows = list(client.call("ListShares", request).shares)
     top = min((r.depth for r in rows), default=0)
     run_mins = {}
-    if any(name == "TRESRunMins" for name, _ in fields) and rows:
+    if "TRESRunMins" in {name for name, _ in fields} and rows:
         import time
 
         run_mins = run_minutes(client, rows, time.time())
-    table = [row_values(r, r.depth - top, run_mins) for r in rows]
+    wanted = {name for name, _ in fields}
+    cluster = client.call("GetClusterInfo").cluster_name if "Cluster" in wanted and rows else ""
+    table = [row_values(r, r.depth - top, run_mins, cluster) for r in rows]
     parsable = values["parsable"] or values["parsable2"]
     end = "|" if values["parsable"] else ""
     lines = []
