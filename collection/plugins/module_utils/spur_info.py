@@ -16,7 +16,7 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import Heal
 
 PUBLIC_CONTROLLER_KEYS = (
     "name", "url", "reachable", "error", "role", "is_leader", "ready", "leader", "leader_grpc", "term",
-    "members", "member_info", "commit_index", "applied_index", "lag", "version", "build", "wal_level",
+    "members", "learners", "member_info", "commit_index", "applied_index", "lag", "version", "build", "wal_level",
     "max_wal_level", "cluster_id", "cluster_name", "raft_addr", "grpc_addr", "phase", "has_quorum", "stalled",
 )
 

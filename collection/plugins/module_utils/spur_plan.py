@@ -187,11 +187,16 @@ def preflight_refusals(facts: dict) -> list[dict]:
             change = "; ".join(part for part in (
                 "adds %s" % ", ".join(added) if added else "",
                 "removes %s" % ", ".join(removed) if removed else "") if part)
+            online = "; ".join(part for part in (
+                "add %s online with playbooks/add_controllers.yml (ansible-playbook spur.cluster.add_controllers)"
+                % ", ".join(added) if added else "",
+                "remove %s online with playbooks/remove_controllers.yml (ansible-playbook "
+                "spur.cluster.remove_controllers)" % ", ".join(removed) if removed else "") if part)
             found.append(refusal(
                 "topology_change",
-                "the inventory's controllers differ from the cluster's committed membership (%s): the replica "
-                "set is fixed when the cluster is first bootstrapped, so changing it means a deploy with "
-                "wipe (spur_wipe_state=true), which erases the cluster state" % change,
+                "the inventory's controllers differ from the cluster's committed membership (%s): deploy does not "
+                "change the controller set; %s, one controller at a time with the cluster serving; a deploy with "
+                "wipe (spur_wipe_state=true) rebuilds the cluster instead and erases its state" % (change, online),
                 override="wipe"))
     level, target_max = facts.get("cluster_wal_level"), facts.get("target_max_wal_level")
     if level is not None and target_max is not None and int(target_max) < int(level):

@@ -17,7 +17,8 @@ description:
   - B(Busy-agent modes) allow at most one of O(skip_busy_agents), O(force_upgrade_busy_agents) and
     O(in_place_upgrade).
   - B(Topology change) is refused unless O(wipe=true). O(members) must equal the committed membership the
-    controllers report (a deploy that erases the cluster state is the only way to change the replica set).
+    controllers report; the message names the controllers that would be added or removed and the playbooks
+    (add_controllers, remove_controllers) that change the set online.
   - B(WAL skew) is refused with no override (roll forward instead). The target release must read the cluster's
     enabled WAL level (see O(target_max_wal_level)).
   - B(Downgrade) is refused unless O(allow_downgrade=true). O(target_version) must not be older than what the
