@@ -154,3 +154,8 @@ def test_private_jobs_and_usage_with_two_users_and_an_operator(private, munge): 
     assert mine and {a.user for a in mine} == {BOB}
     every = stub.ListAssociations(listing, timeout=10, metadata=metadata_as(munge, OPS)).associations
     assert {a.user for a in every} >= {"", "root", OPS, BOB}
+    shares = slurm_pb2.ListSharesRequest(all_users=True)  # sshare -a
+    mine = stub.ListShares(shares, timeout=10, metadata=metadata_as(munge, BOB)).shares
+    assert mine and {s.user for s in mine} == {BOB}, "an account's own row only to its coordinators"
+    every = stub.ListShares(shares, timeout=10, metadata=metadata_as(munge, OPS)).shares
+    assert {s.user for s in every} >= {"", OPS, BOB}
