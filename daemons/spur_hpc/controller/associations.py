@@ -11,7 +11,7 @@ below; their fields are the proto's (Qos, Account, User, Association) in snake_c
         "accounts": {name: account row},
         "users":    {name: user row},
         "assocs":   {assoc_key(account, user, partition): association row},
-        "usage":    {assoc key: [raw usage, as of (epoch s)]},   # decayed TRES-billing seconds, see usage.py
+        "usage":    {assoc key: [raw usage, as of (epoch s)]},   # decayed CPU seconds, see fairshare.py
         "next_id":  int,                                         # the next association / QOS id
     }
 
