@@ -176,6 +176,25 @@ def test_private_jobs_hide_other_users_jobs_as_if_they_did_not_exist(world) -> N
     assert listed(servicer, 2) == [bobs]
 
 
+def test_private_jobs_narrow_sacct_to_the_callers_own_records(world) -> None:
+    from spur_hpc.controller.service import copy_job
+
+    records = [copy_job(j) for j in world.state.jobs.values()]  # what the database gives back, every user's
+    history = slurm_pb2.JobHistoryRequest()
+    for private_data, uid, wanted in ((("jobs",), 1, [world.jobs[ALICE]]), (("jobs",), 3, sorted(world.jobs.values())),
+                                      ((), 1, sorted(world.jobs.values()))):  # fmt: skip
+        servicer = world.servicer(private_data)
+        servicer.node.accounting = SimpleNamespace(history=lambda cluster_id, **filters: records)
+        assert sorted(j.job_id for j in servicer.JobHistory(history, context(uid)).jobs) == wanted, (private_data, uid)
+
+
+def test_the_daemons_own_uid_is_an_administrator_as_slurms_slurmuser() -> None:
+    authz = Authorizer(conf.Config())
+    authz.daemon_uid = 64030  # spurctld run as a service user (slurm here) rather than root
+    assert authz.level(who(64030, "slurm"), None) == "Administrator"
+    assert authz.level(who(1, ALICE), None) == "None"
+
+
 def test_a_coordinator_sees_and_acts_on_the_jobs_of_the_accounts_below_theirs(world) -> None:
     store = world.state.assoc
     puts = [
