@@ -204,3 +204,30 @@ def test_quorum_refusals_dead_member_and_a_joiner_that_dies(make_cluster):
     wait_until(lambda: same_state(c, [leader, live], want), 20, "the two live members to agree")
     status = spur_admin(c, "status")
     assert status.returncode == 0 and dead.raft_addr not in status.stdout, status.stdout
+
+
+def test_leader_killed_in_the_middle_of_an_add(make_cluster):
+    c = make_cluster(4, start=False)
+    three, e = c.members[:3], c.members[3]
+    for m in three:
+        c.write_conf(m, peers=[x.raft_addr for x in three], hosts=[x.grpc_addr for x in three])
+    c.start([0, 1, 2])
+    leader = c.wait_leader()
+    # The add is recorded, then its leader dies before the new controller even starts: the command goes on at
+    # the next leader, which finds the controller joining and promotes it once it caught up.
+    adding = start_add(c, e, three)
+    wait_until(lambda: e.raft_addr in spur_admin(c, "status", via=[leader]).stdout, 20, "e recorded as joining")
+    leader.proc.kill9()
+    rest = [m for m in three if m is not leader]
+    c.wait_leader(exclude=leader)
+    c.write_conf(e)
+    c.spawn(e)
+    code, text = finish(adding)
+    assert code == 0 and "is a voting member" in text, text
+    voters = sorted(m.raft_addr for m in [*three, e])
+    wait_until(lambda: same_state(c, [*rest, e], voters), 20, "the live members to agree on four voters")
+    # The dead leader is removed; the three others carry on.
+    removed = spur_admin(c, "remove", leader.raft_addr, via=[*rest, e])
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    want = sorted(m.raft_addr for m in [*rest, e])
+    wait_until(lambda: same_state(c, [*rest, e], want), 20, "the three members to agree")

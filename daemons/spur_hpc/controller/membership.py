@@ -153,13 +153,15 @@ class Membership:
             self._commit("learn", addr, grpc_addr=grpc)
         deadline = time.monotonic() + timeout
         started = time.monotonic()
+        seen = False  # it connected at some point (it may have stopped since)
         while True:
             progress = self.raft.on_tick(self.raft.progress).get(addr, {})
+            seen = seen or bool(progress.get("connected"))
             commit = self.raft.commit_index()
             if progress.get("heard") and progress.get("connected") and progress.get("match", 0) >= commit:
                 break
             if time.monotonic() > deadline or not self.raft.is_leader():
-                return self._not_promoted(addr, progress, commit, timeout)
+                return self._not_promoted(addr, progress, commit, timeout, seen)
             time.sleep(POLL_SECS)
         members, _learners, _info = self._view()
         reachable, needed, down = self._reachable_majority([*members, addr])
@@ -173,10 +175,14 @@ class Membership:
         took = time.monotonic() - started
         return result["members"], f"{addr} caught up in {took:.1f} s and is a voting member"
 
-    def _not_promoted(self, addr: str, progress: dict[str, Any], commit: int, timeout: float) -> tuple[list[str], str]:
+    def _not_promoted(
+        self, addr: str, progress: dict[str, Any], commit: int, timeout: float, seen: bool
+    ) -> tuple[list[str], str]:
         if not self.raft.is_leader():
             raise errors.Unavailable(f"this controller lost the leadership while {addr} was catching up; ask again")
-        if not progress.get("connected"):
+        if seen and not progress.get("connected"):
+            why = f"it stopped answering, holding {progress.get('match', 0)} of the {commit} committed entries"
+        elif not progress.get("connected"):
             why = (
                 "it never connected: start spurctld there with an empty state_dir, this cluster's "
                 "raft_secret_file and a [controller] hosts list that names a member"
