@@ -1,11 +1,14 @@
-"""Association and QOS limits through a real controller and agent ([accounting] enforce = ["limits"]): a job over
-its account's GrpTRES pends with AssocGrpCpuLimit (squeue shows it) and starts when the running job ends, a QOS
-MaxJobsPerUser pends the user's next job with QOSMaxJobsPerUserLimit, a job over a QOS MaxWall pends with
-QOSMaxWallDurationPerJobLimit while one without -t gets the MaxWall as its time limit, and MaxSubmitJobs refuses
-at submit with Slurm's lines. Limits are set through ModifyAssociations, as sacctmgr sets them. One cluster."""
+"""Association and QOS limits through a real controller and agent ([accounting] enforce = ["limits"]), checked
+against what Slurm 22.05 printed for the same commands (tests/golden/slurm-22.05-limits, capture-limits): a job
+over its account's GrpTRES pends with AssocGrpCpuLimit and starts when the running job ends, a QOS MaxJobsPerUser
+pends the user's next job with QOSMaxJobsPerUserLimit, a job over a QOS MaxWall pends with
+QOSMaxWallDurationPerJobLimit while one without -t gets the MaxWall as its time limit, MaxSubmitJobs refuses at
+submit and so does DenyOnLimit, with Slurm's lines. Limits are set through ModifyAssociations, as sacctmgr sets
+them (the capture's sacctmgr commands). One cluster for the module."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -18,10 +21,17 @@ from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
 
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm-22.05-limits"
 SECTIONS = """
 [accounting]
 enforce = ["limits"]
 """
+OUT = ["--output=/dev/null", "--chdir=/tmp"]
+
+
+def golden(name: str) -> dict:
+    (path,) = GOLDEN.glob(f"[0-9][0-9][0-9]-{name}.json")
+    return json.loads(path.read_text())
 
 
 class Limits:
@@ -38,7 +48,7 @@ class Limits:
         )
 
     def sbatch(self, *argv: str) -> int:
-        result = self.sh("sbatch", "--parsable", *argv)
+        result = self.sh("sbatch", "--parsable", *OUT, *argv)
         assert result.returncode == 0, result.stderr
         return int(result.stdout)
 
@@ -48,17 +58,22 @@ class Limits:
         )
         self.cluster.stub(self.cluster.wait_leader()).ModifyAssociations(request, timeout=10)
 
-    def squeue(self, job_id: int) -> tuple[str, str]:
-        """(state code, reason) as squeue prints them."""
-        out = self.sh("squeue", "-h", "-j", str(job_id), "-o", "%t %r").stdout.split()
-        return (out[0], out[1]) if len(out) == 2 else ("", "")
+    def squeue(self, job_id: int, fmt: str = "%t %r") -> str:
+        return self.sh("squeue", "-h", "-j", str(job_id), "-o", fmt).stdout
 
-    def wait(self, job_id: int, state: str, reason: str | None = None, timeout: float = 20.0) -> None:
-        def reached():
-            got = self.squeue(job_id)
-            return got[0] == state and (reason is None or got[1] == reason)
+    def wait(self, job_id: int, capture: str, timeout: float = 20.0) -> None:
+        """Until squeue prints for the job what Slurm's squeue printed in `capture`."""
+        want = golden(capture)["stdout"]
+        wait_until(lambda: self.squeue(job_id) == want, timeout, f"job {job_id}: {want!r} ({self.squeue(job_id)!r})")
 
-        wait_until(reached, timeout, f"job {job_id} {state} {reason or ''} (squeue says {self.squeue(job_id)})")
+    def refused_as(self, capture: str, *argv: str) -> None:
+        """sbatch is refused as Slurm's was: its exit status, Slurm's reason first and Slurm's last line."""
+        slurm = golden(capture)
+        result = self.sh("sbatch", *OUT, *argv)
+        want, got = slurm["stderr"].splitlines(), result.stderr.splitlines()
+        assert (result.returncode, result.stdout) == (slurm["rc"], slurm["stdout"]), result
+        assert got[-1] == want[-1], got
+        assert got[0].startswith(want[0] + ": "), f"{got[0]!r} does not start with Slurm's {want[0]!r}"
 
     def cancel(self, *job_ids: int) -> None:
         assert self.sh("scancel", *map(str, job_ids)).returncode == 0
@@ -74,11 +89,12 @@ def env(tmp_path_factory):
     work = root / "work"
     work.mkdir()
     lim = Limits(cluster, work)
-    for account in ("phys", "chem", "bio"):
-        lim.modify("add", "account", [account])
-    lim.modify("add", "user", ["root"], account="phys,chem,bio")
+    lim.modify("add", "account", ["phys", "chem"])  # the capture's sacctmgr commands, in its order
+    lim.modify("add", "user", ["root"], account="phys,chem")
     lim.modify("add", "qos", ["one"], maxjobsperuser="1")
     lim.modify("add", "qos", ["short"], maxwall="1")
+    lim.modify("modify", "user", where={"name": "root"}, qos="normal,one,short")
+    lim.modify("modify", "account", where={"name": "phys"}, grptres="cpu=2")
     yield lim
     stop_all([agent.proc], timeout=5)
     kill_leftovers(agent.state_dir, agent.name)
@@ -86,44 +102,38 @@ def env(tmp_path_factory):
 
 
 def test_a_job_over_its_accounts_grptres_pends_and_starts_when_usage_falls(env) -> None:
-    env.modify("modify", "account", where={"name": "phys"}, grptres="cpu=2")
-    first = env.sbatch("-A", "phys", "-c", "2", "--wrap", "sleep 60")
-    env.wait(first, "R")
-    second = env.sbatch("-A", "phys", "-c", "1", "--wrap", "true")
-    env.wait(second, "PD", "AssocGrpCpuLimit")
-    other = env.sbatch("-A", "chem", "-c", "1", "--wrap", "sleep 60")
-    env.wait(other, "R")  # chem is not under phys's limit
+    first = env.sbatch("-A", "phys", "-n", "2", "-J", "first", "--wrap", "sleep 300")
+    wait_until(lambda: env.squeue(first, "%t") == "R\n", 20, f"job {first} running")
+    second = env.sbatch("-A", "phys", "-n", "1", "-J", "second", "--wrap", "sleep 300")
+    env.wait(second, "squeue-grptres")  # PD AssocGrpCpuLimit
+    other = env.sbatch("-A", "chem", "-n", "1", "--wrap", "sleep 300")
+    wait_until(lambda: env.squeue(other, "%t") == "R\n", 20, "a chem job running beside phys's")
     env.cancel(first)
-    wait_until(lambda: env.squeue(second)[0] != "PD", 20, f"job {second} starting once phys has room")
-    env.cancel(other)
+    env.wait(second, "squeue-grptres-freed")  # R None
+    env.cancel(second, other)
 
 
 def test_a_qos_maxjobsperuser_pends_the_users_next_job(env) -> None:
-    first = env.sbatch("-A", "bio", "--qos", "one", "--wrap", "sleep 60")
-    env.wait(first, "R")
-    second = env.sbatch("-A", "bio", "--qos", "one", "--wrap", "true")
-    env.wait(second, "PD", "QOSMaxJobsPerUserLimit")
+    first = env.sbatch("-A", "chem", "--qos=one", "-J", "one1", "--wrap", "sleep 300")
+    wait_until(lambda: env.squeue(first, "%t") == "R\n", 20, f"job {first} running")
+    second = env.sbatch("-A", "chem", "--qos=one", "-J", "one2", "--wrap", "sleep 300")
+    env.wait(second, "squeue-maxjobsperuser")  # PD QOSMaxJobsPerUserLimit
     env.cancel(first, second)
 
 
 def test_maxwall_pends_a_longer_job_and_gives_one_without_t_the_maxwall(env) -> None:
-    longer = env.sbatch("-A", "bio", "--qos", "short", "-t", "5", "--wrap", "true")
-    env.wait(longer, "PD", "QOSMaxWallDurationPerJobLimit")
-    plain = env.sbatch("-A", "bio", "--qos", "short", "-H", "--wrap", "true")
-    assert env.sh("squeue", "-h", "-j", str(plain), "-o", "%l").stdout.strip() == "1:00"
+    longer = env.sbatch("-A", "chem", "--qos=short", "-t", "5", "-J", "longer", "--wrap", "true")
+    env.wait(longer, "squeue-maxwall")  # PD QOSMaxWallDurationPerJobLimit
+    plain = env.sbatch("-A", "chem", "--qos=short", "-H", "-J", "plain", "--wrap", "true")
+    assert env.squeue(plain, "%l") == golden("squeue-maxwall-default")["stdout"]  # 1:00
     env.cancel(longer, plain)
 
 
-def test_maxsubmitjobs_refuses_at_submit_with_slurms_words(env) -> None:
+def test_maxsubmitjobs_and_denyonlimit_refuse_at_submit_with_slurms_lines(env) -> None:
     env.modify("modify", "user", where={"name": "root", "account": "chem"}, maxsubmitjobs="1")
-    held = env.sbatch("-A", "chem", "-H", "--wrap", "true")
-    refused = env.sh("sbatch", "-A", "chem", "--wrap", "true")
-    assert refused.returncode == 1, refused
-    lines = refused.stderr.splitlines()
-    assert lines[0].startswith("sbatch: error: AssocMaxSubmitJobLimit: user root in account chem may have at most 1")
-    assert lines[-1] == (
-        "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's "
-        "size and/or time limits)"
-    )
+    held = env.sbatch("-A", "chem", "-H", "-J", "held", "--wrap", "true")
+    env.refused_as("sbatch-chem-refused", "-A", "chem", "-J", "refused", "--wrap", "true")
     env.cancel(held)
-    wait_until(lambda: env.sh("sbatch", "-A", "chem", "-H", "--wrap", "true").returncode == 0, 10, "room again")
+    env.modify("modify", "user", where={"name": "root", "account": "chem"}, maxsubmitjobs="-1")
+    env.modify("modify", "qos", where={"name": "short"}, flags="DenyOnLimit")
+    env.refused_as("sbatch-short-denied", "-A", "chem", "--qos=short", "-t", "5", "-J", "denied", "--wrap", "true")
