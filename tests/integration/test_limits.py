@@ -106,6 +106,9 @@ def test_a_job_over_its_accounts_grptres_pends_and_starts_when_usage_falls(env) 
     wait_until(lambda: env.squeue(first, "%t") == "R\n", 20, f"job {first} running")
     second = env.sbatch("-A", "phys", "-n", "1", "-J", "second", "--wrap", "sleep 300")
     env.wait(second, "squeue-grptres")  # PD AssocGrpCpuLimit
+    slurm = golden("scontrol-show-job-grptres")["stdout"].splitlines()
+    spur = env.sh("scontrol", "show", "job", str(second)).stdout.splitlines()
+    assert [ln for ln in spur if "JobState=" in ln] == [ln for ln in slurm if "JobState=" in ln]
     other = env.sbatch("-A", "chem", "-n", "1", "--wrap", "sleep 300")
     wait_until(lambda: env.squeue(other, "%t") == "R\n", 20, "a chem job running beside phys's")
     env.cancel(first)
