@@ -452,3 +452,73 @@ def test_submit_counts_kept_from_the_records_equal_a_fresh_count_after_every_rec
     rebuilds = counts.rebuilds
     apply("job_submit", spec=spec(), key="", time=5.0)
     assert counts.rebuilds == rebuilds, "a submission is counted without reading every job"
+
+
+# ------------------------------------------------------------------ the submit path (service.submit)
+
+
+class _Raft:
+    """The state machine applied in place of a Raft log (no listener: SubmitCounts counts afresh)."""
+
+    def __init__(self, s: ClusterState) -> None:
+        self.state = s
+
+    def propose(self, record, timeout):
+        return self.state.apply(record)
+
+    def read(self, fn):
+        return fn(self.state)
+
+    def is_leader(self) -> bool:
+        return True
+
+
+def submitting_service(s, enforce=("limits",)):
+    from types import SimpleNamespace
+
+    from spur_hpc import conf
+    from spur_hpc.controller.service import ControllerService
+
+    parsed = conf.parse('[partitions.short]\nnodes = "n1"\ndefault = true\nmax_time = "30"\ndefault_time = "5"\n'
+                        '[partitions.any]\nnodes = "n2"\n')  # fmt: skip
+    settings = SimpleNamespace(
+        controller=SimpleNamespace(write_timeout_secs=1.0, heartbeat_timeout_secs=30, job_requeue=True),
+        scheduler=SimpleNamespace(enforce_part_limits="NO"),
+        partitions=parsed.partitions,
+        accounting=SimpleNamespace(enforce=list(enforce)),
+    )
+    return ControllerService(settings, _Raft(s), lambda addr: None, clock=lambda: 100.0)
+
+
+def test_submit_gives_a_job_without_t_its_maxwall_unless_the_partitions_maxtime_is_shorter() -> None:
+    s = cluster()
+    service = submitting_service(s)
+    set_qos(s, "long", max_wall_secs=600)
+    set_qos(s, "normal", max_wall_secs=3600)
+    asked = dict(spec(qos="long", partition="short"), time_limit_secs=0)
+    job_id, _dup = service.submit(dict(asked), "")
+    assert s.jobs[job_id]["spec"]["time_limit_secs"] == 600, "MaxWall, not the partition's DefaultTime of 5 minutes"
+    job_id, _dup = service.submit(dict(asked, qos="normal"), "")
+    assert s.jobs[job_id]["spec"]["time_limit_secs"] == 300, "MaxWall over MaxTime 30: the partition's default"
+    job_id, _dup = service.submit(dict(asked, partition="any"), "")
+    assert s.jobs[job_id]["spec"]["time_limit_secs"] == 600
+    job_id, _dup = service.submit(dict(asked, time_limit_secs=1200, partition="any"), "")
+    assert s.jobs[job_id]["spec"]["time_limit_secs"] == 1200, "a -t of its own is kept (the job pends on MaxWall)"
+    assert eligibility.waiting_reason(s, s.jobs[job_id], 200.0) == "QOSMaxWallDurationPerJobLimit"
+
+
+def test_submit_refuses_over_a_submit_limit_with_slurms_error_and_not_when_limits_are_off() -> None:
+    from spur_hpc.controller import errors
+
+    s = cluster()
+    set_assoc(s, assoc_key("phys", "alice"), max_submit_jobs=1)
+    service = submitting_service(s)
+    service.submit(spec(partition="any"), "")
+    with pytest.raises(errors.SlurmRefusal) as refused:
+        service.submit(spec(partition="any"), "")
+    assert refused.value.slurm_error == limits.SLURM_ACCOUNTING_POLICY
+    assert str(refused.value).startswith("AssocMaxSubmitJobLimit: user alice in account phys may have at most 1")
+    with pytest.raises(errors.SlurmRefusal):
+        service.submit(spec(partition="any", array="0-1"), "")
+    submitting_service(s, enforce=("associations",))
+    assert service.submit(spec(partition="any"), "")[0], "limits not enforced: taken"
