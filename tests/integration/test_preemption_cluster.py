@@ -105,7 +105,8 @@ def test_cancel_mode_the_high_qos_job_preempts_and_the_victim_ends_preempted(env
     env.wait_state(victim, {"RUNNING"})
     high = env.submit("echo high\n", "high", 1)
     ended = env.wait_state(victim, {"PREEMPTED"})
-    assert (ended.preempted_by, ended.reason) == (high, "None")
+    # as Slurm 22.05's (tests/golden/slurm-22.05-preempt/012): JobState=PREEMPTED Reason=None ExitCode=0:15
+    assert (ended.preempted_by, ended.reason, ended.exit_code, ended.signal) == (high, "None", 0, 15)
     assert ended.preempt_time > 0
     assert env.wait_state(high, {"COMPLETED"}).start_time >= ended.end_time - 0.001  # on the victim's CPUs
 
@@ -118,7 +119,7 @@ def test_requeue_mode_the_victim_runs_again_with_its_restart_counted(env) -> Non
     wait_until(out.exists, 15, "the victim's first run writing its file")
     high = env.submit("sleep 1\n", "high", 2)
     requeued = env.wait_state(victim, {"PENDING"})
-    assert (requeued.restart_count, requeued.preempted_by) == (1, high)
+    assert (requeued.restart_count, requeued.preempted_by, requeued.reason) == (1, high, "BeginTime")  # as Slurm's
     env.wait_state(high, {"COMPLETED"})
     assert env.wait_state(victim, {"COMPLETED"}, timeout=40).restart_count == 1
     assert out.read_text().split() == ["restart=0", "restart=1"]

@@ -141,7 +141,7 @@ def test_a_job_the_controller_ended_is_recorded_with_exit_code_0_0_as_slurmdbd_r
         row = job_row("c1", job(state=state, exit_code=0, signal=15, start_time=1.0, end_time=2.0))
         return row[COLUMNS.index("exit_code")], row[COLUMNS.index("signal")]
 
-    assert (exit_of("CANCELLED"), exit_of("TIMEOUT")) == ((0, 0), (0, 0))
+    assert (exit_of("CANCELLED"), exit_of("TIMEOUT"), exit_of("PREEMPTED")) == ((0, 0), (0, 0), (0, 0))
     assert (exit_of("FAILED"), exit_of("OUT_OF_MEMORY")) == ((0, 15), (0, 15))  # the job's own end is kept
 
 

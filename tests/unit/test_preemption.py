@@ -228,17 +228,27 @@ def test_show_partition_and_sinfo_print_the_partitions_preempt_mode() -> None:
     assert nodeview.preempt_mode_text(nodeview.PartitionView(pb.Partition(name="x"))) == "OFF"  # an older controller
 
 
-def test_show_job_of_a_preempted_job_has_slurms_preempt_line() -> None:
+def test_show_job_prints_slurms_preempt_line_for_a_started_job_preempted_before() -> None:
+    """As the capture slurm-22.05-preempt shows: a preempted job's line names its start and when it was preempted;
+    a requeued job waiting has none; its next run says PreemptTime=None."""
     from spur_hpc.cli import jobrecord
 
-    job = pb.Job(job_id=5, state=pb.PREEMPTED, start_time=1.0e9, end_time=1.0e9 + 60, preempt_time=1.0e9 + 60)
-    job.spec.name, job.spec.user = "v", "root"
-    lines = jobrecord.show_job_lines(job, 1.0e9 + 90, group_of=lambda j: ("root(0)", "root(0)"))
-    preempt = [line for line in lines if line.startswith("   PreemptEligibleTime=")]
-    assert len(preempt) == 1 and preempt[0].endswith(" PreemptTime=" + jobrecord.units.format_timestamp(1.0e9 + 60))
-    assert any("JobState=PREEMPTED" in line for line in lines)
-    job.preempt_time = 0.0  # never preempted: no line (as Slurm's without preemption)
-    assert not [line for line in jobrecord.show_job_lines(job, 0.0, group_of=lambda j: ("a", "a")) if "Preempt" in line]
+    def preempt_lines(**fields) -> list[str]:
+        job = pb.Job(job_id=5, **fields)
+        job.spec.name, job.spec.user = "v", "root"
+        lines = jobrecord.show_job_lines(job, 2.0e9, group_of=lambda j: ("root(0)", "root(0)"))
+        return [line for line in lines if "Preempt" in line]
+
+    start, preempted, again = 1.0e9, 1.0e9 + 60, 1.0e9 + 300
+    stamp = jobrecord.units.format_timestamp
+    assert preempt_lines(state=pb.PREEMPTED, start_time=start, end_time=preempted, preempt_time=preempted) == [
+        f"   PreemptEligibleTime={stamp(start)} PreemptTime={stamp(preempted)}"
+    ]
+    assert preempt_lines(state=pb.PENDING, preempt_time=preempted, restart_count=1) == []
+    assert preempt_lines(state=pb.RUNNING, start_time=again, preempt_time=preempted) == [
+        f"   PreemptEligibleTime={stamp(again)} PreemptTime=None"
+    ]
+    assert preempt_lines(state=pb.RUNNING, start_time=start) == []  # never preempted
 
 
 def test_show_config_names_preempt_qos_under_qos_priority(tmp_path) -> None:

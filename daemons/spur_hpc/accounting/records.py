@@ -35,9 +35,9 @@ from spur_hpc.model import (
     per_node_cpus,
 )
 
-# slurmdbd records a job's exit code when the job ends: one the controller ends (scancel, its time limit) has
-# not exited yet, so its row says 0:0; the batch step's row keeps the signal it died of.
-ENDED_BY_CONTROLLER = frozenset({model.CANCELLED, model.TIMEOUT})
+# slurmdbd records a job's exit code when the job ends: one the controller ends (scancel, its time limit, a
+# preemption) has not exited yet, so its row says 0:0; the batch step's row keeps the signal it died of.
+ENDED_BY_CONTROLLER = frozenset({model.CANCELLED, model.TIMEOUT, model.PREEMPTED})
 
 RANK_PENDING, RANK_RUNNING, RANK_REQUEUED, RANK_FINISHED = 1, 2, 3, 4
 RANK_REPORTED_END = 5  # steps only: see step_version

@@ -159,9 +159,14 @@ def show_job_lines(
         f"   StartTime={units.format_timestamp(start)} EndTime={end_time_text(job, now)} "
         f"Deadline={units.format_timestamp(spec.deadline, 'N/A')}",
     ]
-    if job.preempt_time:  # Slurm prints the line for every started job while preemption is on; Spur, once preempted
-        eligible_at = units.format_timestamp(job.start_time or job.preempt_time)
-        lines.append(f"   PreemptEligibleTime={eligible_at} PreemptTime={units.format_timestamp(job.preempt_time)}")
+    if job.preempt_time and job.start_time:
+        # Slurm prints the line for a started job while preemption is on (the capture slurm-22.05-preempt); Spur for a
+        # job preempted before: its run since a requeue was not preempted yet (PreemptTime=None), a waiting one none
+        when = job.preempt_time if job.preempt_time >= job.start_time else 0.0
+        lines.append(
+            f"   PreemptEligibleTime={units.format_timestamp(job.start_time)} "
+            f"PreemptTime={units.format_timestamp(when, 'None')}"
+        )
     lines += [
         f"   SuspendTime={units.format_timestamp(job.suspend_time, 'None')} SecsPreSuspend={int(pre_suspend)} "
         f"LastSchedEval={units.format_timestamp(job.start_time or job.eligible_time or job.submit_time)} "
