@@ -140,6 +140,27 @@ def test_each_controller_pod_renders_a_spur_conf_spur_accepts(tmp_path: Path) ->
         assert config.auth.type == "munge"
 
 
+def test_a_scaled_out_controller_names_itself_and_its_join_sidecar_is_valid(tmp_path: Path) -> None:
+    statefulset = by_kind("StatefulSet")["spurctld"]
+    pod = statefulset["spec"]["template"]["spec"]
+    replicas = str(statefulset["spec"]["replicas"])
+    for container in pod["initContainers"] + pod["containers"]:
+        for var in container.get("env", []):
+            if var["name"] == "BOOTSTRAP_REPLICAS":
+                assert var["value"] == replicas, f"{container['name']}: BOOTSTRAP_REPLICAS is not the replicas"
+    config = render(
+        tmp_path, "controller.conf.in", POD_NAME="spurctld-3", POD_IP="10.0.0.4", BOOTSTRAP_REPLICAS=replicas
+    )
+    spur_conf.validate(config, None)
+    assert config.controller.raft_addr == "spurctld-3.spurctld.spur.svc.cluster.local:6821"
+    assert config.controller.peers[-1] == config.controller.raft_addr and len(config.controller.peers) == 4
+    join = by_kind("ConfigMap")["spur-conf"]["data"]["spur-join.sh"]
+    subprocess.run(["sh", "-n"], input=join, text=True, check=True)
+    snippet = join.split("python3 -c '", 1)[1].split("'", 1)[0]
+    compile(snippet, "spur-join.sh", "exec")
+    assert "spur admin raft add" in join and any(c["name"] == "join" for c in pod["initContainers"])
+
+
 def test_an_agent_pod_renders_a_spur_conf_spur_accepts(tmp_path: Path) -> None:
     config = render(tmp_path, "agent.conf.in", NODE_NAME="node-17", NODE_IP="10.1.0.17")
     spur_conf.validate(config, None)
