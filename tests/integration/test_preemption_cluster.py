@@ -5,17 +5,21 @@ The QOS are made through the store's ModifyAssociations RPC, as sacctmgr makes t
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from agents import AgentProc, kill_leftovers, unique_node
-from harness import ControllerCluster, next_ip_base, stop_all, wait_until
+from harness import BIN, ControllerCluster, next_ip_base, stop_all, wait_until
 from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm-22.05-preempt"
 
 SECTIONS = """
 [scheduler]
@@ -60,6 +64,12 @@ class Preemption:
         """sacctmgr add qos NAME set ...: through the store's RPC."""
         request = slurm_pb2.ModifyAssociationsRequest(verb="add", entity="qos", names=[name], set=values)
         self.stub().ModifyAssociations(request, timeout=10)
+
+    def cli(self, *argv: str) -> str:
+        env = dict(os.environ, SPUR_CONF=str(self.cluster.client_conf()))
+        proc = subprocess.run([str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
 
     def cancel(self, *job_ids: int) -> None:
         for job_id in job_ids:
@@ -109,6 +119,12 @@ def test_cancel_mode_the_high_qos_job_preempts_and_the_victim_ends_preempted(env
     assert (ended.preempted_by, ended.reason, ended.exit_code, ended.signal) == (high, "None", 0, 15)
     assert ended.preempt_time > 0
     assert env.wait_state(high, {"COMPLETED"}).start_time >= ended.end_time - 0.001  # on the victim's CPUs
+    slurm = json.loads((GOLDEN / "012-scontrol-show-job-preempted.json").read_text())["stdout"].splitlines()
+    spur = env.cli("scontrol", "show", "job", str(victim)).splitlines()
+    assert spur[3:5] == slurm[3:5]  # JobState=PREEMPTED Reason=None ...; Requeue=1 Restarts=0 ... ExitCode=0:15
+    assert [line.split("=")[0] for line in spur if "Preempt" in line] == ["   PreemptEligibleTime"]
+    row = env.cli("squeue", "-h", "-t", "all", "-j", str(victim), "-o", "%t %N").split()
+    assert row == ["PR", env.agent.name]  # as Slurm's squeue: PR, and its nodes rather than a reason
 
 
 def test_requeue_mode_the_victim_runs_again_with_its_restart_counted(env) -> None:
