@@ -111,8 +111,13 @@ def test_store_changes_defaults_enforcement_failover_and_database_copy(env):
     sacctmgr(cluster, "delete", "account", ["ops"], who=NOBODY)
     sacctmgr(cluster, "modify", "user", ["nobody"], set_={"adminlevel": "None"})
     with pytest.raises(grpc.RpcError) as info:
-        sacctmgr(cluster, "delete", "account", ["phys"])
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "still has users (nobody)" in info.value.details()
+        sacctmgr(cluster, "delete", "account", ["root"])
+    assert (info.value.code(), info.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "You are not allowed to remove the root account.",
+    )
+    nothing = sacctmgr(cluster, "delete", "account", ["nosuch"])
+    assert (nothing.changed, nothing.message, list(nothing.affected)) == (False, "Nothing deleted", [])
 
     # Submit: no -A is the user's default account, no --qos the association's default QOS.
     spec = submit(cluster, (0, 0), "root").spec

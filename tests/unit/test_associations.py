@@ -178,11 +178,21 @@ def test_delete_account_refusals_then_delete(store):
     change(store, "add", "account", ["lab"], set_={"parent": "chem"})
     with pytest.raises(P.PlanError, match="has child accounts"):
         change(store, "delete", "account", ["chem"])
-    with pytest.raises(P.PlanError, match="still has users"):
-        change(store, "delete", "account", ["phys"])
-    with pytest.raises(P.PlanError, match="root cannot be deleted"):
+    with pytest.raises(P.PlanError, match=r"^You are not allowed to remove the root account\.$"):  # Slurm's line
         change(store, "delete", "account", ["root"])
     assert {"lab", "chem", "phys"} <= set(store["accounts"])  # every refusal changed nothing
+    assert change(store, "delete", "account", ["nosuch"]) == []  # Slurm: Nothing deleted
+
+
+def test_delete_account_takes_its_users_associations_along(store):
+    """As the capture 086 (sacctmgr delete account chem, the default account of two users): the account goes with
+    its users' associations; a user whose default it was stays, with no default account (095: Def Acct empty)."""
+    assert change(store, "delete", "account", ["phys"]) == ["phys"]
+    assert A.assoc_key("phys", "bob") not in store["assocs"] and "bob" in store["users"]
+    assert store["users"]["bob"]["default_account"] == ""
+    assert A.resolve_job(store, "bob", "", "debug", "", frozenset()) == ("", "")
+    change(store, "add", "user", ["bob"], set_={"account": "root"})
+    assert store["users"]["bob"]["default_account"] == "root"  # the next account added becomes the default
 
 
 def test_delete_account_with_its_children_at_once(store):
@@ -208,7 +218,7 @@ def test_delete_user_last_association_deletes_user(store):
 def test_move_account_and_refuse_loop(store):
     change(store, "add", "account", ["lab"], set_={"parent": "chem"})
     affected = change(store, "modify", "account", where={"name": "chem"}, set_={"parent": "phys"})
-    assert affected == ["C = spur       A = chem of phys"]
+    assert affected == ["C = spur       A = chem of root"]  # the parent it had (capture 070: "lab of bio")
     assert A.account_chain(store, "lab") == ["lab", "chem", "phys", "root"]
     with pytest.raises(P.PlanError, match="cannot move under itself"):
         change(store, "modify", "account", ["phys"], set_={"parent": "lab"})
@@ -225,7 +235,6 @@ def test_move_account_and_refuse_loop(store):
         ("add", "account", [], {}, {}, "name the account"),
         ("modify", "user", ["bob"], {}, {}, "nothing to set"),
         ("modify", "user", ["bob"], {"color": "x"}, {"maxjobs": "1"}, "unknown condition color="),
-        ("modify", "user", ["ghost"], {}, {"maxjobs": "1"}, "user ghost does not exist"),
         ("delete", "user", ["bob"], {}, {"maxjobs": "1"}, "`set` has no meaning"),
         ("modify", "user", ["bob"], {"cluster": "other"}, {"maxjobs": "1"}, "not this cluster"),
         ("modify", "user", ["bob"], {}, {"maxjobs": "99999999999"}, "out of range"),
@@ -354,3 +363,40 @@ def test_show_config_prints_accounting_storage_enforce_as_slurm(tmp_path):
         path.write_text(f"[accounting]\nenforce = {words}\n")
         pairs = dict(jobcontrol.config_pairs(conf.load(str(path)), info, ["h:6817"], str(path)))
         assert pairs["AccountingStorageEnforce"] == shown
+
+
+def test_names_that_do_not_exist_select_nothing(store):
+    """Slurm answers Nothing modified / Nothing deleted (captures 060, 061, 081), not an error."""
+    for verb, entity in (("modify", "user"), ("modify", "qos"), ("modify", "account")):
+        assert P.plan_change(
+            store, verb, entity, ["ghost"], {}, {"maxjobs" if entity != "qos" else "priority": "1"}, "spur"
+        ) == ([], [], [])
+    for entity in ("user", "qos", "account"):
+        assert P.plan_change(store, "delete", entity, ["ghost"], {}, {}, "spur") == ([], [], [])
+
+
+def test_modify_account_lists_the_users_that_take_the_limit_from_it(store):
+    """As the capture 055 (modify account bio set maxjobs=10): bio's own association, then the user associations
+    below it that set no MaxJobs themselves (dan in the child account lab, not carol, who has her own)."""
+    change(store, "add", "account", ["bio"])
+    change(store, "add", "account", ["lab"], set_={"parent": "bio", "maxsubmitjobs": "20"})
+    change(store, "add", "account", ["own"], set_={"parent": "bio", "maxjobs": "2"})
+    change(store, "add", "user", ["carol"], set_={"account": "bio", "maxjobs": "3"})
+    change(store, "add", "user", ["dan"], set_={"account": "lab", "partition": "debug"})
+    change(store, "add", "user", ["eve"], set_={"account": "own"})
+    affected = change(store, "modify", "account", ["bio"], set_={"maxjobs": "10"})
+    assert affected == [
+        "C = spur       A = bio of root",
+        "C = spur       A = lab                  U = dan       P = debug",
+    ]
+    assert A.effective(store, A.assoc_key("lab", "dan", "debug"), "max_jobs") == 10
+    assert A.effective(store, A.assoc_key("own", "eve"), "max_jobs") == 2  # own sets its own: eve is not listed
+    assert change(store, "modify", "account", ["bio"], set_={"grpjobs": "5"}) == ["C = spur       A = bio of root"]
+
+
+def test_delete_user_by_partition_lists_the_user_left_without_associations(store):
+    """As the capture 085: Deleting user associations... then Deleting users (No Associations)..."""
+    change(store, "add", "user", ["dan"], set_={"account": "chem", "partition": "debug"})
+    affected = change(store, "delete", "user", ["dan"], where={"partition": "debug"})
+    assert affected == ["C = spur       A = chem       U = dan       P = debug", "dan"]
+    assert "dan" not in store["users"]

@@ -313,7 +313,8 @@ def check_tables(t: dict[str, dict[str, Any]]) -> str | None:
                 return f"association {key}: QOS {name} does not exist"
     pairs = {split_key(key)[:2] for key in t["assocs"]}  # (account, user): a user's default needs one of them
     for name, row in t["users"].items():
-        if (row["default_account"], name) not in pairs:
+        # "" once the default account was deleted (slurmdbd leaves the user without one until one is set)
+        if row["default_account"] and (row["default_account"], name) not in pairs:
             return f"user {name}: default account {row['default_account']} is not one of the user's associations"
     for name, row in t["qos"].items():
         for other in row.get("preempt") or []:

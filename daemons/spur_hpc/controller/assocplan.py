@@ -93,6 +93,9 @@ WHERE_KEYS = {
     "user": {"name", "names", "user", "users", "account", "accounts", "partition", "cluster", "clusters"},
     "qos": {"name", "names", "cluster", "clusters"},
 }
+# The association fields a child takes from its parent when it sets none itself (Slurm's Max*, Priority, QOS and
+# DefQOS; Grp limits count the jobs below them instead, and Fairshare is each association's own).
+INHERITED = ("max_jobs", "max_submit_jobs", "max_wall_secs", "max_tres_per_job", "qos", "default_qos", "priority")
 # The other spellings sacctmgr takes, left out of the lists a refusal names.
 ALIASES = frozenset(
     {"shares", "names", "accounts", "users", "clusters", "grpsubmit", "maxsubmit", "maxwalldurationperjob", "maxtres"}
@@ -464,15 +467,13 @@ class _Planner:
         return self._done(new)
 
     def _accounts(self, chosen: list[str], where: dict[str, str]) -> list[str]:
+        """The accounts selected (a name that does not exist selects nothing, as in slurmdbd: Nothing modified)."""
         accounts = self.store["accounts"]
-        missing = [n for n in chosen if n not in accounts]
-        if missing:
-            raise PlanError(f"account {missing[0]} does not exist (sacctmgr show account lists them)")
         parents = _names(where.pop("parent", ""), "parent account", True)
-        picked = chosen or ([n for n in accounts if accounts[n]["parent"] in parents] if parents else [])
-        if not picked:
+        if not chosen and not parents:
             raise PlanError("no account selected; name one (where name=ACCOUNT)")
-        return [n for n in picked if not parents or accounts[n]["parent"] in parents]
+        picked = chosen or [n for n in accounts if accounts[n]["parent"] in parents]
+        return [n for n in picked if n in accounts and (not parents or accounts[n]["parent"] in parents)]
 
     def modify_account(self, chosen: list[str], where: dict[str, str], settings: dict[str, str]) -> Plan:
         self._refuse_unknown(settings, ASSOC_KEYS, ACCOUNT_KEYS, {"parent"}, what="modify account")
@@ -504,13 +505,49 @@ class _Planner:
             if changed:
                 self._check_default_qos(key, assoc, {**self.store["assocs"], key: assoc})
                 self._put("assoc", key, assoc)
-                affected.append(assoc_line(self.cluster, assoc))  # " Modified account associations..."
+                before = self.store["assocs"].get(key) or assoc
+                # " Modified account associations...": the account's own, named with its parent as it was, then
+                # the users' below it that take a changed limit from it (slurmdbd lists those it rewrote)
+                affected.append(assoc_line(self.cluster, before))
+                fields = [f for f in INHERITED if assoc.get(f) != before.get(f)]
+                affected += [assoc_line(self.cluster, row) for row in self._inheriting_users(name, fields)]
         return self._done(affected)
 
+    def _inheriting_users(self, account: str, fields: list[str]) -> list[dict[str, Any]]:
+        """The user associations in the subtree of `account` that take one of `fields` from it (neither they nor
+        an account between sets it), in slurmdbd's tree order: an account's users, then its child accounts'."""
+        if not fields:
+            return []
+        assocs, accounts = self.store["assocs"], self.store["accounts"]
+        users: dict[str, list[dict[str, Any]]] = {}
+        for row in assocs.values():
+            if row["user"]:
+                users.setdefault(row["account"], []).append(row)
+        children: dict[str, list[str]] = {}
+        for name, row in accounts.items():
+            children.setdefault(row["parent"], []).append(name)
+        out: list[dict[str, Any]] = []
+
+        def walk(name: str, open_fields: list[str]) -> None:
+            for row in sorted(users.get(name, []), key=lambda r: (r["user"], r["partition"])):
+                if any(_unset(row, f) for f in open_fields):
+                    out.append(row)
+            for child in sorted(children.get(name, [])):
+                own = assocs.get(A.assoc_key(child)) or {}
+                still = [f for f in open_fields if _unset(own, f)]
+                if still:
+                    walk(child, still)
+
+        walk(account, fields)
+        return out
+
     def delete_account(self, chosen: list[str], where: dict[str, str]) -> Plan:
+        """The accounts, their own associations and their users' (slurmdbd removes those too); a user whose
+        default account goes keeps the user row with no default (sacctmgr then shows an empty Def Acct). Child
+        accounts must go first or move (Spur refuses where slurmdbd would take the subtree along)."""
         names = self._accounts(chosen, where)
         if A.ROOT_ACCOUNT in names:
-            raise PlanError("the account root cannot be deleted; it is the top of the tree")
+            raise PlanError("You are not allowed to remove the root account.")
         going = set(names)
         for name in names:
             children = sorted(
@@ -521,19 +558,14 @@ class _Planner:
                     f"account {name} has child accounts ({', '.join(children[:5])}); delete them or move them to "
                     f"another parent first (sacctmgr modify account where name=... set parent=...)"
                 )
-            users = sorted(
-                {k.split("|")[1] for k in self.store["assocs"] if k.startswith(name + "|") and k.split("|")[1]}
-            )
-            if users:
-                raise PlanError(
-                    f"account {name} still has users ({', '.join(users[:5])}); remove them from it first "
-                    f"(sacctmgr delete user where name=USER account={name})"
-                )
         for name in names:
             self._delete("account", name)
             for key in self.store["assocs"]:
                 if key.startswith(name + "|"):
                     self._delete("assoc", key)
+        for user, row in self.store["users"].items():
+            if row["default_account"] in going:
+                self._put("user", user, {**row, "default_account": ""})
         return self._done(names)
 
     # ---------------------------------------------------------- users
@@ -560,6 +592,8 @@ class _Planner:
                     raise PlanError(f"user {name} is new and needs a default account; add account=ACCOUNT")
                 user = A.new_user(name, default or accounts[0], admin_level=level or "None")
                 self._put("user", name, user)
+            elif not user["default_account"] and accounts:  # its default account was deleted: take the first
+                self._put("user", name, {**user, "default_account": default or accounts[0]})
             for account in accounts:
                 for partition in partitions:
                     key = A.assoc_key(account, name, partition)
@@ -575,12 +609,10 @@ class _Planner:
         return self._done(affected)
 
     def _user_assocs(self, chosen: list[str], where: dict[str, str]) -> tuple[list[str], list[str]]:
-        """(users named, the keys of their associations that `where` selects)."""
-        missing = [n for n in chosen if n not in self.store["users"]]
-        if missing:
-            raise PlanError(f"user {missing[0]} does not exist (sacctmgr show user lists them)")
+        """(users named that exist, the keys of their associations that `where` selects)."""
         if not chosen:
             raise PlanError("no user selected; name one (where name=USER)")
+        chosen = [n for n in chosen if n in self.store["users"]]  # one that does not exist selects nothing
         accounts = set(_names(where.pop("account", "") or where.pop("accounts", ""), "account", True))
         partitions = set(_names(where.pop("partition", ""), "partition", True))
         keys = []
@@ -636,19 +668,23 @@ class _Planner:
         for name in users:
             left = [k for k in keys_of_user(self.store, name) if k not in going]
             default = self.store["users"][name]["default_account"]
-            if left and not any(A.split_key(k)[0] == default for k in left):
+            if left and default and not any(A.split_key(k)[0] == default for k in left):
                 raise PlanError(
                     f"account {default} is user {name}'s default account and the user keeps other associations; "
                     f"set another default first (sacctmgr modify user {name} set defaultaccount=ACCOUNT)"
                 )
             if not left:
                 self._delete("user", name)
-        for key in keys:
+        if not by_assoc:  # " Deleting users...": every user named goes, with all of its associations
+            for key in keys:
+                self._delete("assoc", key)
+            return self._done(users)
+        for key in keys:  # " Deleting user associations...", then " Deleting users (No Associations)..."
             self._delete("assoc", key)
-            if by_assoc:
-                affected.append(assoc_line(self.cluster, self.store["assocs"][key], "delete"))
-        if not by_assoc:
-            affected = [name for name in users if keys and any(A.split_key(k)[1] == name for k in keys)]
+            affected.append(assoc_line(self.cluster, self.store["assocs"][key], "delete"))
+        if not keys:
+            return self._done([])  # nothing selected: the users stay
+        affected += [d["key"] for d in self.deletes if d["kind"] == "user"]
         return self._done(affected)
 
     # ---------------------------------------------------------- QOS
@@ -663,12 +699,9 @@ class _Planner:
         return self._done(new)
 
     def _qos(self, chosen: list[str]) -> list[str]:
-        missing = [n for n in chosen if n not in self.store["qos"]]
-        if missing:
-            raise PlanError(f"qos {missing[0]} does not exist (sacctmgr show qos lists them)")
         if not chosen:
             raise PlanError("no qos selected; name one (where name=QOS)")
-        return chosen
+        return [n for n in chosen if n in self.store["qos"]]  # one that does not exist selects nothing
 
     def modify_qos(self, chosen: list[str], where: dict[str, str], settings: dict[str, str]) -> Plan:
         self._refuse_unknown(settings, QOS_KEYS, what="modify qos")
@@ -700,6 +733,12 @@ class _Planner:
                 row["preempt"] = [q for q in row["preempt"] if q not in going]
                 self._put("qos", other, row)
         return self._done(names)
+
+
+def _unset(row: dict[str, Any], field: str) -> bool:
+    """The association leaves `field` to its parent (a count -1, an empty map or list, no default QOS, priority 0)."""
+    value = row.get(field)
+    return value in (None, A.NO_LIMIT, {}, [], "") or (field == "priority" and value == 0)
 
 
 def keys_of_user(store: dict[str, Any], user: str) -> list[str]:
