@@ -3,6 +3,9 @@ plan's blockers (scheduler.py), the config keys and what scontrol/sinfo show of 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from spur_hpc import conf
@@ -219,6 +222,24 @@ def test_preempt_type_and_partition_preempt_mode_are_checked(tmp_path) -> None:
     path.write_text('[partitions.low]\nnodes = "n1"\npreempt_mode = "suspend"\n')
     with pytest.raises(conf.ConfigError, match="preempt_mode"):
         conf.load(str(path))
+
+
+def _golden(name: str) -> list[str]:
+    path = Path(__file__).resolve().parents[1] / "golden" / "slurm-22.05-preempt" / f"{name}.json"
+    return json.loads(path.read_text())["stdout"].splitlines()
+
+
+def test_show_partition_and_sinfo_of_a_cancel_partition_are_slurms() -> None:
+    """The capture's partition work (PreemptMode=CANCEL, one 2-CPU node), printed by Spur as Slurm printed it."""
+    node = pb.Node(name="n1", state=pb.IDLE, resources=pb.NodeResources(cpus=2, memory_mb=4096), partition="work")
+    message = pb.Partition(name="work", nodes=["n1"], is_default=True, state="UP", preempt_mode="cancel")
+    lines = partview.show_partition_lines(nodeview.PartitionView(message), {"n1": node})
+    assert lines == [line for line in _golden("006-scontrol-show-partition") if line]
+    layout = nodeview.Layout(node_oriented=False)
+    parts = [nodeview.PartitionView(message)]
+    fields = nodeview.parse_format("%P %M")
+    shown = nodeview.sinfo_lines([node], fields, layout, header=True, partitions=parts)
+    assert shown == _golden("007-sinfo-preemptmode")
 
 
 def test_show_partition_and_sinfo_print_the_partitions_preempt_mode() -> None:
