@@ -216,6 +216,15 @@ REASON_DEPENDENCY = "Dependency"  # a --dependency that may still be satisfied
 REASON_DEPENDENCY_NEVER = "DependencyNeverSatisfied"  # one that cannot be any more (afterok on a FAILED job)
 REASON_ARRAY_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle is reached
 REASON_DEADLINE = "DeadLine"  # the job ended DEADLINE: still pending at its --deadline
+# Association and QOS job-count limits (controller/limits.py): a job one of them holds back accrues no priority
+# age yet (scontrol's AccrueTime=Unknown), as in Slurm; one held by a TRES or MaxWall limit does.
+REASON_QOS_GRP_JOBS = "QOSGrpJobsLimit"
+REASON_QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+REASON_ASSOC_GRP_JOBS = "AssocGrpJobsLimit"
+REASON_ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
+JOB_COUNT_LIMIT_REASONS = frozenset(
+    {REASON_QOS_GRP_JOBS, REASON_QOS_MAX_JOBS_PER_USER, REASON_ASSOC_GRP_JOBS, REASON_ASSOC_MAX_JOBS}
+)
 # A job its partition does not run now (Slurm's job_limits_check; EnforcePartLimits=NO queues such jobs)
 REASON_PARTITION_NODE_LIMIT = "PartitionNodeLimit"  # more (or fewer) nodes than the partition's limits or size
 REASON_PARTITION_TIME_LIMIT = "PartitionTimeLimit"  # a time limit over the partition's MaxTime

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,14 @@ SECTIONS = """
 enforce = ["limits"]
 """
 OUT = ["--output=/dev/null", "--chdir=/tmp"]
+
+
+def shown_lines(text: str) -> list[str]:
+    """scontrol show job's state and time lines, the times as T: JobState/Reason, Eligible and Accrue."""
+    keep = ("JobState=", "SubmitTime=", "AccrueTime=")
+    return [
+        re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "T", ln) for ln in text.splitlines() if ln.strip().startswith(keep)
+    ]
 
 
 def golden(name: str) -> dict:
@@ -75,6 +84,11 @@ class Limits:
         assert got[-1] == want[-1], got
         assert got[0].startswith(want[0] + ": "), f"{got[0]!r} does not start with Slurm's {want[0]!r}"
 
+    def shows_as(self, job_id: int, capture: str) -> None:
+        """scontrol show job's state, reason, eligible and accrue lines are Slurm's (times aside)."""
+        spur = self.sh("scontrol", "show", "job", str(job_id)).stdout
+        assert shown_lines(spur) == shown_lines(golden(capture)["stdout"]), spur
+
     def cancel(self, *job_ids: int) -> None:
         assert self.sh("scancel", *map(str, job_ids)).returncode == 0
 
@@ -106,9 +120,7 @@ def test_a_job_over_its_accounts_grptres_pends_and_starts_when_usage_falls(env) 
     wait_until(lambda: env.squeue(first, "%t") == "R\n", 20, f"job {first} running")
     second = env.sbatch("-A", "phys", "-n", "1", "-J", "second", "--wrap", "sleep 300")
     env.wait(second, "squeue-grptres")  # PD AssocGrpCpuLimit
-    slurm = golden("scontrol-show-job-grptres")["stdout"].splitlines()
-    spur = env.sh("scontrol", "show", "job", str(second)).stdout.splitlines()
-    assert [ln for ln in spur if "JobState=" in ln] == [ln for ln in slurm if "JobState=" in ln]
+    env.shows_as(second, "scontrol-show-job-grptres")  # eligible, accruing
     other = env.sbatch("-A", "chem", "-n", "1", "--wrap", "sleep 300")
     wait_until(lambda: env.squeue(other, "%t") == "R\n", 20, "a chem job running beside phys's")
     env.cancel(first)
@@ -121,12 +133,14 @@ def test_a_qos_maxjobsperuser_pends_the_users_next_job(env) -> None:
     wait_until(lambda: env.squeue(first, "%t") == "R\n", 20, f"job {first} running")
     second = env.sbatch("-A", "chem", "--qos=one", "-J", "one2", "--wrap", "sleep 300")
     env.wait(second, "squeue-maxjobsperuser")  # PD QOSMaxJobsPerUserLimit
+    env.shows_as(second, "scontrol-show-job-maxjobsperuser")  # eligible, not accruing (AccrueTime=Unknown)
     env.cancel(first, second)
 
 
 def test_maxwall_pends_a_longer_job_and_gives_one_without_t_the_maxwall(env) -> None:
     longer = env.sbatch("-A", "chem", "--qos=short", "-t", "5", "-J", "longer", "--wrap", "true")
     env.wait(longer, "squeue-maxwall")  # PD QOSMaxWallDurationPerJobLimit
+    env.shows_as(longer, "scontrol-show-job-maxwall")
     plain = env.sbatch("-A", "chem", "--qos=short", "-H", "-J", "plain", "--wrap", "true")
     assert env.squeue(plain, "%l") == golden("squeue-maxwall-default")["stdout"]  # 1:00
     env.cancel(longer, plain)

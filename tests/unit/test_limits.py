@@ -522,3 +522,17 @@ def test_submit_refuses_over_a_submit_limit_with_slurms_error_and_not_when_limit
         service.submit(spec(partition="any", array="0-1"), "")
     submitting_service(s, enforce=("associations",))
     assert service.submit(spec(partition="any"), "")[0], "limits not enforced: taken"
+
+
+def test_a_job_a_limit_holds_back_is_eligible_in_the_accounting_copy_and_a_held_one_is_not() -> None:
+    from spur_hpc.controller.accounting_link import _Facts, _job_copy
+
+    s = cluster()
+    set_qos(s, "long", max_jobs_per_user=1)
+    run(s, submit(s, qos="long"))
+    waiting = submit(s, qos="long")
+    held = s.apply(rec("job_submit", spec=spec(hold=True), key="", time=1.0))["job_id"]
+    assert reason(s, waiting) == "QOSMaxJobsPerUserLimit"
+    copies = {j: _job_copy(s.jobs[j], s, _Facts(30.0, {}, None)) for j in (waiting, held)}
+    assert "eligible" not in copies[waiting], "Slurm's sacct shows its Eligible time (the capture)"
+    assert copies[held]["eligible"] is False

@@ -132,6 +132,7 @@ def show_job_lines(
     spec = job.spec
     user, group = group_of(job) if group_of else user_and_group(job)
     is_eligible = eligible(job) and not (job.array_pending and not job.start_time)
+    accrues = eligible(job) and (job.start_time or job.reason not in model.JOB_COUNT_LIMIT_REASONS)
     start = job.start_time or (job.end_time if state in model.FINISHED_STATES else 0.0)  # Slurm: start = end
     cpus_per_node = max(1, spec.cpus_per_task) * max(1, spec.ntasks_per_node or 1)
     batch = not spec.interactive
@@ -155,7 +156,7 @@ def show_job_lines(
         f"TimeMin={units.format_limit(spec.time_min_secs, 'N/A', clock=True)}",
         f"   SubmitTime={units.format_timestamp(job.submit_time)} "
         f"EligibleTime={units.format_timestamp(job.eligible_time) if is_eligible else 'Unknown'}",
-        f"   AccrueTime={units.format_timestamp(job.eligible_time) if eligible(job) else 'Unknown'}",
+        f"   AccrueTime={units.format_timestamp(job.eligible_time) if accrues else 'Unknown'}",
         f"   StartTime={units.format_timestamp(start)} EndTime={end_time_text(job, now)} "
         f"Deadline={units.format_timestamp(spec.deadline, 'N/A')}",
     ]

@@ -32,7 +32,7 @@ from spur_hpc.accounting import (
     settings_from_config,
 )
 from spur_hpc.conf import Config
-from spur_hpc.controller import errors
+from spur_hpc.controller import errors, limits
 from spur_hpc.controller.eligibility import waiting_reason
 from spur_hpc.controller.placement import node_partitions
 from spur_hpc.controller.service import ControllerService
@@ -231,7 +231,8 @@ def _job_copy(job: dict[str, Any], s: Any = None, facts: _Facts | None = None) -
     if s is not None and facts is not None:
         # A job that ended before it started (scancel of a held job) may be first written now: judge it alike.
         never_started = job["state"] == PENDING or not job.get("start_time")
-        if never_started and waiting_reason(s, job, facts.now, facts.memo) is not None:
+        reason = waiting_reason(s, job, facts.now, facts.memo) if never_started else None
+        if reason is not None and reason not in limits.REASONS:  # a job a limit holds back is eligible (Slurm)
             out["eligible"] = False  # records.job_row: NEVER_ELIGIBLE
         if not out["spec"].get("memory_mb"):
             out["spec"]["memory_mb"] = _node_memory(s, job, facts)

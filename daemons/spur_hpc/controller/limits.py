@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spur_hpc import model
 from spur_hpc.controller import associations, placement
 from spur_hpc.model import FINISHED_STATES, RUNNING, parse_array_ranges, per_node_cpus
 
@@ -65,17 +66,23 @@ _QOS_MAX_TRES_PER_USER = {
     "node": "QOSMaxNodePerUserLimit",
     "gres": "QOSMaxGRESPerUser",
 }
-QOS_GRP_JOBS = "QOSGrpJobsLimit"
-QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+QOS_GRP_JOBS = model.REASON_QOS_GRP_JOBS
+QOS_MAX_JOBS_PER_USER = model.REASON_QOS_MAX_JOBS_PER_USER
 QOS_MAX_WALL = "QOSMaxWallDurationPerJobLimit"
-ASSOC_GRP_JOBS = "AssocGrpJobsLimit"
-ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
+ASSOC_GRP_JOBS = model.REASON_ASSOC_GRP_JOBS
+ASSOC_MAX_JOBS = model.REASON_ASSOC_MAX_JOBS
 ASSOC_MAX_WALL = "AssocMaxWallDurationPerJobLimit"
 # The submit limits' reasons (what the refusal names; Slurm logs them, sbatch prints SLURM_ACCOUNTING_POLICY).
 QOS_GRP_SUBMIT = "QOSGrpSubmitJobsLimit"
 QOS_MAX_SUBMIT_PER_USER = "QOSMaxSubmitJobPerUserLimit"
 ASSOC_GRP_SUBMIT = "AssocGrpSubmitJobsLimit"
 ASSOC_MAX_SUBMIT = "AssocMaxSubmitJobLimit"
+# Every pending reason waiting_reason gives: a job held back by one is eligible (Slurm's EligibleTime is set).
+REASONS = frozenset(
+    [r for table in (_GRP_TRES, _MAX_TRES_PER_JOB) for kind in table.values() for r in kind.values()]
+    + list(_QOS_MAX_TRES_PER_USER.values())
+    + [QOS_GRP_JOBS, QOS_MAX_JOBS_PER_USER, QOS_MAX_WALL, ASSOC_GRP_JOBS, ASSOC_MAX_JOBS, ASSOC_MAX_WALL]
+)
 # Slurm's TRES order (cpu, mem, node, then each gres): the first limit a job is over is the reason it shows.
 _TRES_ORDER = {"cpu": 0, "mem": 1, "node": 2}
 
