@@ -687,15 +687,15 @@ class ControllerService:
             heapq.heapify(queue)
             left = sum(1 for _key, job_id in queue if job_id in wanted)
             while queue and left:
+                if part in blocked:  # every later job of the partition says Priority: no need to go in order
+                    for _later, other in queue:  # (nor to pop the 10,000 of a long queue off the heap one by one)
+                        if other in wanted:
+                            shown[other] = self.shown_reason(s, s.jobs[other], now, memo)
+                    break
                 _key, job_id = heapq.heappop(queue)
                 if job_id in wanted:
                     shown[job_id] = self.shown_reason(s, s.jobs[job_id], now, memo)
                     left -= 1
-                elif part in blocked:  # every later job of the partition says Priority: no need to go in order
-                    for _later, other in queue:
-                        if other in wanted:
-                            shown[other] = self.shown_reason(s, s.jobs[other], now, memo)
-                    break
                 else:
                     self.shown_reason(s, s.jobs[job_id], now, memo)  # may block the partition for those behind
         return shown
