@@ -204,6 +204,15 @@ def test_quorum_refusals_dead_member_and_a_joiner_that_dies(make_cluster):
     wait_until(lambda: same_state(c, [leader, live], want), 20, "the two live members to agree")
     status = spur_admin(c, "status")
     assert status.returncode == 0 and dead.raft_addr not in status.stdout, status.stdout
+    # Started again once the others stopped sending it the log, the removed member hears from no leader, asks its
+    # peers, learns it was removed and stops; the next start refuses at once.
+    wait_until(lambda: not any(m.status()["leaving"] for m in (leader, live)), 20, "the removed member dropped")
+    c.spawn(dead)
+    assert dead.proc.wait_exit(40) == 0
+    assert "removed from cluster" in dead.proc.log_text() and "while it was away" in dead.proc.log_text()
+    c.spawn(dead)
+    assert dead.proc.wait_exit(30) != 0
+    assert "refusing to start" in dead.proc.log_text().rsplit("===== start", 1)[-1]
 
 
 def test_leader_killed_in_the_middle_of_an_add(make_cluster):

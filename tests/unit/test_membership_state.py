@@ -106,3 +106,23 @@ def test_an_empty_controller_being_added_joins_as_a_learner_and_a_stranger_is_re
 def test_cli_refusals(argv, needle):
     with pytest.raises(CliError, match=needle):
         admincmd.main(argv)
+
+
+def test_a_member_removed_while_away_learns_it_from_a_peer_further_along():
+    def answer(members, learners=(), commit=10, cluster_id="id"):
+        reply = raft_internal_pb2.ClusterProbeReply(
+            has_cluster=True,
+            cluster_name="c",
+            cluster_id=cluster_id,
+            members=members,
+            learners=list(learners),
+            raft_addr="a:1",
+            commit_index=commit,
+        )
+        return PeerAnswer("a", HAS_CLUSTER, reply)
+
+    assert bootstrap.removed_by([answer(["a:1", "b:1"])], "z:1", "id", 5).reply.members == ["a:1", "b:1"]
+    assert bootstrap.removed_by([answer(["a:1", "z:1"])], "z:1", "id", 5) is None
+    assert bootstrap.removed_by([answer(["a:1"], learners=["z:1"])], "z:1", "id", 5) is None
+    assert bootstrap.removed_by([answer(["a:1"], commit=4)], "z:1", "id", 5) is None  # behind: may not know z yet
+    assert bootstrap.removed_by([answer(["a:1"], cluster_id="other")], "z:1", "id", 5) is None

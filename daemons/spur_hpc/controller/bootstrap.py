@@ -164,3 +164,22 @@ def decide(
             return Decision("refuse", message="stopped while waiting for peers to answer ClusterProbe")
         time.sleep(pause)
         pause = min(pause * 1.5, 2.0)
+
+
+def removed_by(answers: list[PeerAnswer], own_raft: str, cluster_id: str, own_commit: int) -> PeerAnswer | None:
+    """The peer that shows a member hearing from no leader was removed from its cluster while it was away, or None:
+    one of the same cluster, at least as far along the log, whose committed membership lists it neither as a voter
+    nor as joining (the voters stop talking to a removed member, so it cannot learn this from the log; a peer
+    further behind may not know yet that this member was added)."""
+    for a in answers:
+        r = a.reply
+        if (
+            a.kind != HAS_CLUSTER
+            or r.cluster_id != cluster_id
+            or r.raft_addr == own_raft
+            or r.commit_index < own_commit
+        ):
+            continue
+        if own_raft not in r.members and own_raft not in r.learners:
+            return a
+    return None

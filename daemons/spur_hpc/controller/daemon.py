@@ -71,6 +71,8 @@ class ControllerDaemon(MemberStatus, Daemon):
         self.identity_changed = threading.Event()
         self.accounting: AccountingLink | None = None
         self.last_step_down = 0.0
+        self.last_removal_check = 0.0
+        self.removed_while_away = False
         self.not_serving_since: float | None = None  # when serving_problem() first said why (the exit's grace)
 
     # ---------------------------------------------------------------- configuration
@@ -355,14 +357,9 @@ class ControllerDaemon(MemberStatus, Daemon):
         self._save_identity(name, cluster_id, members)
         self._step_down_if_disk_full()
         if raft.removed and self.joining is None:
-            log.warning(
-                "this controller was removed from cluster %r (members now %s): stopping; to add it again, empty its "
-                "state_dir and run spur admin raft add on a member",
-                name,
-                ", ".join(members),
-            )
-            self.request_stop()
+            self._stop_removed(f"cluster {name!r} (members now {', '.join(members)})")
             return
+        self._check_removal_while_away(cluster_id)
         if self.joining is not None:
             target = self.joining.commit_index
             # A learner votes once promoted (its address among the members); a member that lost its state at once.
@@ -383,6 +380,47 @@ class ControllerDaemon(MemberStatus, Daemon):
             self.last_announce = now
             threading.Thread(target=self._announce, args=(mine,), daemon=True).start()
 
+    def _stop_removed(self, what: str) -> None:
+        log.warning(
+            "this controller was removed from %s: stopping; to add it again, empty its state_dir and run "
+            "spur admin raft add on a member",
+            what,
+        )
+        self.request_stop()
+
+    def _check_removal_while_away(self, cluster_id: str) -> None:
+        """A member removed while it was down hears from no leader (the voters dropped it): after a few election
+        timeouts without one, ask the peers every 10 s whether the cluster still lists it."""
+        raft = self.raft
+        # A member killed within a second of its last entries replays nothing before a leader tells it the commit
+        # index (pysyncobj stores it once a second): its identity file names the cluster then.
+        cluster_id = cluster_id or (self.identity or {}).get("cluster_id", "")
+        patience = 5 * self.conf.controller.election_timeout_max_ms / 1000
+        now = time.monotonic()
+        if not cluster_id or raft.leaderless_secs() < patience or now - self.last_removal_check < 10.0:
+            return
+        self.last_removal_check = now
+        others = [h for h in self.hosts if h != self.grpc_addr]
+
+        def ask() -> None:
+            timeout = self.conf.controller.bootstrap_probe_timeout_secs
+            credential = lambda: auth.client_metadata(self.conf.auth.type, self.conf.auth.munge_socket)  # noqa: E731
+            answers = [
+                bootstrap.probe_peer(h, self.raft_addr, self.conf.cluster.name, timeout, credential) for h in others
+            ]
+            peer = bootstrap.removed_by(answers, self.raft_addr, cluster_id, self.raft.commit_index())
+            if peer is not None and self.raft.leader_addr() is None:
+                members = list(peer.reply.members)
+                # What the cluster committed, so that the next start refuses (stop() leaves it as it is).
+                self.removed_while_away = True  # first: _save_identity no longer writes the local view
+                storage.write_identity(self.paths, peer.reply.cluster_name, cluster_id, members)
+                self._stop_removed(
+                    f"cluster {peer.reply.cluster_name!r} while it was away (peer {peer.host} lists "
+                    f"members {', '.join(members)})"
+                )
+
+        threading.Thread(target=ask, name="removal-check", daemon=True).start()
+
     def _step_down_if_disk_full(self) -> None:
         """A leader that cannot write its journal hands leadership to a member that can."""
         raft = self.raft
@@ -396,6 +434,8 @@ class ControllerDaemon(MemberStatus, Daemon):
             raft.transferLeadership()
 
     def _save_identity(self, name: str, cluster_id: str, members: list[str]) -> None:
+        if self.removed_while_away:
+            return
         if cluster_id and (
             self.identity is None
             or self.identity.get("cluster_id") != cluster_id

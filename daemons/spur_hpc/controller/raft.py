@@ -722,6 +722,10 @@ class SpurRaft(SyncObj):
             }
         return out
 
+    def leaving(self) -> list[str]:
+        """Removed voters still sent the log (so that they learn of their removal) until their grace ends."""
+        return sorted(dict(self._leaving))
+
     def last_log_index(self) -> int:
         return self._SyncObj__getCurrentLogIndex()
 

@@ -100,6 +100,7 @@ class MemberStatus:
             disk_free_mb=round(raft.disk.free_bytes() / 2**20, 1),
             disk_full=raft.disk.full_reason(),  # None, or why this member refuses writes and replicated entries
             connected_peers=raft.connected_peers(),
+            leaving=raft.leaving(),  # removed controllers still sent the log for a few seconds
         )
         if role == "leader":
             base["lag"] = {m: max(0, commit - idx) for m, idx in raft.follower_match().items()}
