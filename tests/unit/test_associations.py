@@ -394,9 +394,10 @@ def test_modify_account_lists_the_users_that_take_the_limit_from_it(store):
     assert change(store, "modify", "account", ["bio"], set_={"grpjobs": "5"}) == ["C = spur       A = bio of root"]
 
 
-def test_delete_user_by_partition_deletes_the_user_left_without_associations(store):
-    """As the capture 085: Deleting user associations... (then sacctmgr's Deleting users (No Associations)...)"""
+def test_delete_user_by_partition_lists_the_user_left_without_associations(store):
+    """As the capture 085: Deleting user associations... then Deleting users (No Associations)... (the names
+    after the association lines; cli/sacctmgr.py prints them under that title)"""
     change(store, "add", "user", ["dan"], set_={"account": "chem", "partition": "debug"})
     affected = change(store, "delete", "user", ["dan"], where={"partition": "debug"})
-    assert affected == ["C = spur       A = chem       U = dan       P = debug"]
+    assert affected == ["C = spur       A = chem       U = dan       P = debug", "dan"]
     assert "dan" not in store["users"]

@@ -679,11 +679,12 @@ class _Planner:
             for key in keys:
                 self._delete("assoc", key)
             return self._done(users)
-        for key in keys:  # " Deleting user associations..." (sacctmgr names the users left with none itself)
+        for key in keys:  # " Deleting user associations...", then " Deleting users (No Associations)..."
             self._delete("assoc", key)
             affected.append(assoc_line(self.cluster, self.store["assocs"][key], "delete"))
         if not keys:
             return self._done([])  # nothing selected: the users stay
+        affected += [d["key"] for d in self.deletes if d["kind"] == "user"]
         return self._done(affected)
 
     # ---------------------------------------------------------- QOS
