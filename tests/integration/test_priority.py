@@ -1,7 +1,8 @@
 """priority/multifactor on one 3-controller cluster with an agent: two users with equal shares in one account, one
 of whom ran a job, so the other's pending job gets the higher priority (fair share from recorded usage); sprio and
-sshare show the factors and usage through the CLI; the leader's job_priorities records keep every member's
-priorities (squeue's %Q) equal, and squeue says Priority for the job behind the higher one."""
+sshare show the factors and usage through the CLI (a running job is charged every period); the leader's
+job_priorities records keep every member's priorities (squeue's %Q) equal, and squeue says Priority for the job
+behind the higher one."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ BIN = Path(sys.executable).parent
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("prio")
     node = unique_node("q")
-    cluster = ControllerCluster(root / "cluster", n=3, ip_base=next_ip_base(3), extra_sections=SECTIONS.format(node=node))
+    sections = SECTIONS.format(node=node)
+    cluster = ControllerCluster(root / "cluster", n=3, ip_base=next_ip_base(3), extra_sections=sections)
     cluster.start()
     agent = AgentProc(root / "agent", cluster.hosts, name=node, cpus=2).start()
     leader = cluster.wait_leader(timeout=30)
@@ -91,6 +93,12 @@ def test_the_user_who_used_the_cluster_waits_behind_the_one_who_did_not(env):
 
     blocker = submit(cluster, ("root", 0, 0), "sleep 60\n", cpus=2)
     wait_until(lambda: state(cluster, blocker) == "RUNNING", 30, "the blocker to start")
+
+    def root_usage() -> int:  # the leader's period (1 s here) charges the running blocker, as slurmctld's does
+        rows = [line.split("|") for line in cli(cluster, "sshare", "-P", "-n", "-u", "root").splitlines()]
+        return next(int(r[4]) for r in rows if r[1] == "root")
+
+    wait_until(lambda: root_usage() >= 4, 15, "root's running job to be charged while it runs")
     first = submit(cluster, DAEMON, "true\n")  # submitted first, but its user has used the cluster
     second = submit(cluster, NOBODY, "true\n")
     assert job(cluster, second).priority > job(cluster, first).priority
@@ -106,7 +114,8 @@ def test_the_user_who_used_the_cluster_waits_behind_the_one_who_did_not(env):
     assert weights == ["Weights", "1", "10000", "1000", "2000"]  # SITE, then the factors with a weight
 
     # squeue: the job behind the higher-priority one says Priority; every member agrees on the priorities
-    reasons = dict(line.split(maxsplit=1) for line in cli(cluster, "squeue", "-h", "-t", "PD", "-o", "%i %r").splitlines())
+    listed = cli(cluster, "squeue", "-h", "-t", "PD", "-o", "%i %r").splitlines()
+    reasons = dict(line.split(maxsplit=1) for line in listed)
     assert reasons[str(first)] == "Priority"
 
     def agreed():

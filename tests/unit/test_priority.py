@@ -203,9 +203,11 @@ def capture_cluster():
     """The capture session's state (tools/slurm_capture/priority_session.py) at the time of its sprio and sshare:
     two 4-CPU nodes in partition debug, daemon and nobody in account phys, daemon's 227 CPU seconds of usage,
     QOS high (priority 100), a root job running on both nodes and five pending jobs (ids 3 to 7)."""
-    text = '[scheduler]\npriority_type = "multifactor"\n' + "".join(
-        f"priority_weight_{k} = {v}\n" for k, v in WEIGHTS.items()
-    ) + '[partitions.debug]\nnodes = "n[1-2]"\ndefault = true\n'
+    text = (
+        '[scheduler]\npriority_type = "multifactor"\n'
+        + "".join(f"priority_weight_{k} = {v}\n" for k, v in WEIGHTS.items())
+        + '[partitions.debug]\nnodes = "n[1-2]"\ndefault = true\n'
+    )
     config = C.parse(text)
     s = ClusterState()
     s.apply(rec("cluster_init", name="capture", cluster_id="id", members=["a:1"], wal_level=5))

@@ -56,7 +56,7 @@ def parse_fields(texts: list[str]) -> list[tuple[str, int]]:
         name, _, width = item.partition("%")
         found = by_lower.get(name.strip().lower())
         if found is None:
-            raise CliError(f"Invalid field requested: \"{name}\"; sshare --helpformat lists the fields")
+            raise CliError(f'Invalid field requested: "{name}"; sshare --helpformat lists the fields')
         if width and not width.lstrip("-").isdigit():
             raise CliError(f"-o {item}: the width after % must be a number, like {found}%20")
         out.append((found, int(width) if width else FIELDS[found]))
