@@ -5,7 +5,10 @@ Starts Debian's Slurm 22.05 (installed with apt-get when missing) as a four-node
 tests/golden/slurm-22.05/. tests/integration/test_slurm_replay.py replays the same session on Spur. capture-json
 runs tools/slurm_capture/json_session.py (--json, as root and as nobody) into tests/golden/slurm-22.05-json/,
 replayed by tests/integration/test_slurm_json_replay.py. capture-priority runs priority_session.py (sprio and
-sshare under priority/multifactor) into tests/golden/slurm-22.05-priority/.
+sshare under priority/multifactor) into tests/golden/slurm-22.05-priority/. capture-accounts runs
+accounts_session.py (sacctmgr) into tests/golden/slurm-22.05-accounts/, replayed by test_sacctmgr_replay.py.
+capture-limits runs limits_session.py (AccountingStorageEnforce=limits) into tests/golden/slurm-22.05-limits/,
+checked by tests/integration/test_limits.py.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.slurm_capture import json_session, priority_session, session
+from tools.slurm_capture import accounts_session, json_session, limits_session, priority_session, session
 from tools.slurm_capture.peer import (
     ACCOUNTING_PACKAGES,
     SLURM_BIN,
@@ -34,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "slurm-22.05"
 GOLDEN_JSON = ROOT / "tests" / "golden" / "slurm-22.05-json"
 GOLDEN_PRIORITY = ROOT / "tests" / "golden" / "slurm-22.05-priority"
+GOLDEN_ACCOUNTS = ROOT / "tests" / "golden" / "slurm-22.05-accounts"
+GOLDEN_LIMITS = ROOT / "tests" / "golden" / "slurm-22.05-limits"
 
 
 def capture(
@@ -111,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("capture-priority", help="run the sprio/sshare session (multifactor, slurmdbd)")
     pr.add_argument("--out", type=Path, default=GOLDEN_PRIORITY, help=f"where the captures go ({GOLDEN_PRIORITY})")
     pr.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
+    ac = sub.add_parser("capture-accounts", help="run the sacctmgr session (slurmdbd)")
+    ac.add_argument("--out", type=Path, default=GOLDEN_ACCOUNTS, help=f"where the captures go ({GOLDEN_ACCOUNTS})")
+    ac.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
+    li = sub.add_parser("capture-limits", help="run the limits session (AccountingStorageEnforce=limits, slurmdbd)")
+    li.add_argument("--out", type=Path, default=GOLDEN_LIMITS, help=f"where the captures go ({GOLDEN_LIMITS})")
+    li.add_argument("--no-install", action="store_true", help="never run apt-get; fail when a package is missing")
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error(f"{opts.command} runs Slurm's daemons as root (SlurmUser=root): run it as root")
@@ -118,6 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         p = priority_session
         shape = PeerShape(p.CLUSTER, p.NODES, p.node_lines(), p.SLURM_CONF, True)
         return capture(opts.out, not opts.no_install, p.run_priority_session, p.FILES, shape)
+    if opts.command == "capture-accounts":
+        a = accounts_session
+        shape = PeerShape(a.CLUSTER, a.NODES, a.node_lines(), a.SLURM_CONF, True)
+        return capture(opts.out, not opts.no_install, a.run_accounts_session, a.FILES, shape)
+    if opts.command == "capture-limits":
+        lm = limits_session
+        shape = PeerShape(lm.CLUSTER, lm.NODES, lm.node_lines(), lm.SLURM_CONF, True)
+        return capture(opts.out, not opts.no_install, lm.run_limits_session, lm.FILES, shape)
     if opts.command == "capture-json":
         return capture(opts.out, not opts.no_install, json_session.run_json_session, json_session.FILES)
     return capture(opts.out, not opts.no_install)

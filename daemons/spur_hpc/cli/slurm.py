@@ -67,3 +67,9 @@ def sshare_main(argv: list[str] | None = None) -> int:
     from spur_hpc.cli import sshare
 
     return run(sshare.PROGRAM, sshare.main, argv)
+
+
+def sacctmgr_main(argv: list[str] | None = None) -> int:
+    from spur_hpc.cli import sacctmgr
+
+    return run(sacctmgr.PROGRAM, sacctmgr.main, argv)
