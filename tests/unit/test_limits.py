@@ -404,11 +404,11 @@ def test_max_wall_is_the_qos_one_else_the_associations() -> None:
 
 def test_requested_and_held_tres() -> None:
     assert limits.requested_tres(spec(cpus=2, nodes=2, tasks=2, memory_mb=100, gres="gpu:a100:1")) == {
-        "cpu": 4, "mem": 200, "node": 2, "gres/gpu": 2, "gres/gpu:a100": 2}  # fmt: skip
+        "cpu": 4, "mem": 200, "node": 2, "billing": 4, "gres/gpu": 2, "gres/gpu:a100": 2}  # fmt: skip
     assert limits.requested_tres(spec(cpus=2, mem_per_cpu_mb=10))["mem"] == 20
     s = cluster(gpus=2)
     job = run(s, submit(s, cpus=2, memory_mb=100, gres="gpu:1"))
-    assert limits.held_tres(s.jobs[job]) == {"cpu": 2, "mem": 100, "node": 1, "gres/gpu": 1}
+    assert limits.held_tres(s.jobs[job]) == {"cpu": 2, "mem": 100, "node": 1, "billing": 2, "gres/gpu": 1}
 
 
 def test_the_store_keeps_the_limits_rows_it_was_given() -> None:
@@ -536,3 +536,14 @@ def test_a_job_a_limit_holds_back_is_eligible_in_the_accounting_copy_and_a_held_
     copies = {j: _job_copy(s.jobs[j], s, _Facts(30.0, {}, None)) for j in (waiting, held)}
     assert "eligible" not in copies[waiting], "Slurm's sacct shows its Eligible time (the capture)"
     assert copies[held]["eligible"] is False
+
+
+def test_billing_counts_cpus_and_a_tres_spur_does_not_count_is_no_limit() -> None:
+    s = cluster()
+    set_assoc(s, assoc_key("phys"), grp_tres={"billing": 2, "fs/disk": 1})
+    set_qos(s, "long", max_tres_per_user={"billing": 1})
+    run(s, submit(s, cpus=2))
+    assert reason(s, submit(s)) == "AssocGrpBilling"
+    assert reason(s, submit(s, user="carol", account="chem")) is None, "fs/disk is not a TRES Spur counts"
+    run(s, submit(s, user="carol", account="chem", qos="long"))
+    assert reason(s, submit(s, user="carol", account="chem", qos="long")) == "QOSMaxBillingPerUser"

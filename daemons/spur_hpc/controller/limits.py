@@ -21,6 +21,7 @@ decides is charged to it (charge()), so one plan never starts more than a limit 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from spur_hpc import model
@@ -38,11 +39,18 @@ DENY_ON_LIMIT = "denyonlimit"
 
 # Slurm's pending reasons (job_reason_string in slurm_protocol_defs.c), by limit and TRES.
 _GRP_TRES = {
-    "qos": {"cpu": "QOSGrpCpuLimit", "mem": "QOSGrpMemLimit", "node": "QOSGrpNodeLimit", "gres": "QOSGrpGRES"},
+    "qos": {
+        "cpu": "QOSGrpCpuLimit",
+        "mem": "QOSGrpMemLimit",
+        "node": "QOSGrpNodeLimit",
+        "billing": "QOSGrpBilling",
+        "gres": "QOSGrpGRES",
+    },
     "assoc": {
         "cpu": "AssocGrpCpuLimit",
         "mem": "AssocGrpMemLimit",
         "node": "AssocGrpNodeLimit",
+        "billing": "AssocGrpBilling",
         "gres": "AssocGrpGRES",
     },
 }
@@ -51,12 +59,14 @@ _MAX_TRES_PER_JOB = {
         "cpu": "QOSMaxCpuPerJobLimit",
         "mem": "QOSMaxMemoryPerJob",
         "node": "QOSMaxNodePerJobLimit",
+        "billing": "QOSMaxBillingPerJob",
         "gres": "QOSMaxGRESPerJob",
     },
     "assoc": {
         "cpu": "AssocMaxCpuPerJobLimit",
         "mem": "AssocMaxMemPerJob",
         "node": "AssocMaxNodePerJobLimit",
+        "billing": "AssocMaxBillingPerJob",
         "gres": "AssocMaxGRESPerJob",
     },
 }
@@ -64,6 +74,7 @@ _QOS_MAX_TRES_PER_USER = {
     "cpu": "QOSMaxCpuPerUserLimit",
     "mem": "QOSMaxMemoryPerUser",
     "node": "QOSMaxNodePerUserLimit",
+    "billing": "QOSMaxBillingPerUser",
     "gres": "QOSMaxGRESPerUser",
 }
 QOS_GRP_JOBS = model.REASON_QOS_GRP_JOBS
@@ -83,13 +94,13 @@ REASONS = frozenset(
     + list(_QOS_MAX_TRES_PER_USER.values())
     + [QOS_GRP_JOBS, QOS_MAX_JOBS_PER_USER, QOS_MAX_WALL, ASSOC_GRP_JOBS, ASSOC_MAX_JOBS, ASSOC_MAX_WALL]
 )
-# Slurm's TRES order (cpu, mem, node, then each gres): the first limit a job is over is the reason it shows.
-_TRES_ORDER = {"cpu": 0, "mem": 1, "node": 2}
+# Slurm's TRES order (cpu, mem, node, billing, then each gres): the first limit a job is over is its reason.
+_TRES_ORDER = {"cpu": 0, "mem": 1, "node": 2, "billing": 3}
 
 _policy = {"enforced": False}
 
 
-def configure(enforce: frozenset[str] | set[str]) -> None:
+def configure(enforce: Iterable[str]) -> None:
     """Whether this controller enforces limits: [accounting] enforce holds limits (or safe, which implies it).
     One setting of the process, as Slurm's AccountingStorageEnforce is of slurmctld: the plan and every reader
     (squeue's reasons) must agree, so ControllerService sets it at start and on SIGHUP."""
@@ -107,8 +118,13 @@ def tres_kind(tres: str) -> str:
     return "gres" if tres.startswith("gres/") else tres
 
 
+def _limited(limits: dict[str, int] | None) -> dict[str, int]:
+    """The TRES of a limit map that are set and that Spur counts (cpu, mem, node, billing, gres/NAME)."""
+    return {t: v for t, v in (limits or {}).items() if _set(v) and (t in _TRES_ORDER or t.startswith("gres/"))}
+
+
 def _tres_rank(tres: str) -> tuple[int, str]:
-    return _TRES_ORDER.get(tres, 3), tres
+    return _TRES_ORDER.get(tres, 4), tres
 
 
 def _add_gres(out: dict[str, int], gres: dict[str, int], times: int) -> None:
@@ -126,7 +142,7 @@ def requested_tres(spec: dict[str, Any]) -> dict[str, int]:
     cpus = per_node_cpus(spec) * nodes
     mem_per_cpu = int(spec.get("mem_per_cpu_mb") or 0)
     out = {"cpu": cpus, "mem": mem_per_cpu * cpus if mem_per_cpu else int(spec.get("memory_mb") or 0) * nodes}
-    out["node"] = nodes
+    out.update(node=nodes, billing=cpus)  # billing: the CPUs (no TRESBillingWeights), as scontrol's TRES= shows
     _add_gres(out, placement.gres_demand(spec), nodes)
     return out
 
@@ -145,6 +161,7 @@ def held_tres(job: dict[str, Any]) -> dict[str, int]:
     else:  # a record from before per_node: the same share on each node
         out = {"cpu": int(alloc.get("cpus") or 0) * nodes, "mem": int(alloc.get("memory_mb") or 0) * nodes}
         out["node"] = nodes
+    out["billing"] = out["cpu"]
     _add_gres(out, placement.job_gres(job), 1)
     return out
 
@@ -188,13 +205,13 @@ def profile(store: dict[str, Any], key: str | None, qos_name: str) -> dict[str, 
             pre.append(("count", qu, "jobs", qos["max_jobs_per_user"], QOS_MAX_JOBS_PER_USER))
         if _set(qos.get("max_wall_secs")):
             pre.append(("wall", None, "wall", qos["max_wall_secs"], QOS_MAX_WALL))
-        qos_grp_tres = {t: v for t, v in (qos.get("grp_tres") or {}).items() if _set(v)}
-        qos_job_tres = {t: v for t, v in (qos.get("max_tres_per_job") or {}).items() if _set(v)}
+        qos_grp_tres = _limited(qos.get("grp_tres"))
+        qos_job_tres = _limited(qos.get("max_tres_per_job"))
         for tres in sorted(qos_grp_tres, key=_tres_rank):
             post.append(("tres", q, tres, qos_grp_tres[tres], _GRP_TRES["qos"][tres_kind(tres)]))
         for tres in sorted(qos_job_tres, key=_tres_rank):
             post.append(("job", None, tres, qos_job_tres[tres], _MAX_TRES_PER_JOB["qos"][tres_kind(tres)]))
-        user_tres = {t: v for t, v in (qos.get("max_tres_per_user") or {}).items() if _set(v)}
+        user_tres = _limited(qos.get("max_tres_per_user"))
         for tres in sorted(user_tres, key=_tres_rank):
             post.append(("tres", qu, tres, user_tres[tres], _QOS_MAX_TRES_PER_USER[tres_kind(tres)]))
         if _set(qos.get("grp_submit_jobs")):
@@ -207,9 +224,10 @@ def profile(store: dict[str, Any], key: str | None, qos_name: str) -> dict[str, 
             scope = _row_scope(row)
             if not _set(qos.get("grp_jobs")) and _set(row.get("grp_jobs")):
                 pre.append(("count", scope, "jobs", row["grp_jobs"], ASSOC_GRP_JOBS))
-            for tres in sorted(row.get("grp_tres") or {}, key=_tres_rank):
-                if tres not in qos_grp_tres and _set(row["grp_tres"][tres]):
-                    post.append(("tres", scope, tres, row["grp_tres"][tres], _GRP_TRES["assoc"][tres_kind(tres)]))
+            grp_tres = _limited(row.get("grp_tres"))
+            for tres in sorted(grp_tres, key=_tres_rank):
+                if tres not in qos_grp_tres:
+                    post.append(("tres", scope, tres, grp_tres[tres], _GRP_TRES["assoc"][tres_kind(tres)]))
             if not _set(qos.get("grp_submit_jobs")) and _set(row.get("grp_submit_jobs")):
                 submit.append(("count", scope, "jobs", row["grp_submit_jobs"], ASSOC_GRP_SUBMIT))
             if level:
@@ -220,9 +238,9 @@ def profile(store: dict[str, Any], key: str | None, qos_name: str) -> dict[str, 
             max_wall = associations.effective(store, key, "max_wall_secs")
             if not _set(qos.get("max_wall_secs")) and _set(max_wall):
                 pre.append(("wall", None, "wall", max_wall, ASSOC_MAX_WALL))
-            job_tres = associations.effective(store, key, "max_tres_per_job")
+            job_tres = _limited(associations.effective(store, key, "max_tres_per_job"))
             for tres in sorted(job_tres, key=_tres_rank):
-                if tres not in qos_job_tres and _set(job_tres[tres]):
+                if tres not in qos_job_tres:
                     post.append(("job", None, tres, job_tres[tres], _MAX_TRES_PER_JOB["assoc"][tres_kind(tres)]))
             max_submit = associations.effective(store, key, "max_submit_jobs")
             if not _set(qos.get("max_submit_jobs_per_user")) and _set(max_submit):
