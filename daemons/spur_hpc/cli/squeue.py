@@ -348,7 +348,8 @@ def list_jobs(argv: list[str], program: str = PROGRAM) -> int:
         hidden = hidden_partitions(client)
         jobs = [job for job in jobs if job.spec.partition not in hidden] if hidden else jobs
     if shown_states is not None:
-        jobs = [job for job in jobs if jobview.state_name(job) in shown_states]
+        shown = set(shown_states)
+        jobs = [job for job in jobs if jobview.state_name(job) in shown]
     accounts = set(gather(values["accounts"]))
     if accounts:
         jobs = [job for job in jobs if job.spec.account in accounts]
