@@ -3,14 +3,15 @@ against what Slurm 22.05 printed for the same commands (tests/golden/slurm-22.05
 over its account's GrpTRES pends with AssocGrpCpuLimit and starts when the running job ends, a QOS MaxJobsPerUser
 pends the user's next job with QOSMaxJobsPerUserLimit, a job over a QOS MaxWall pends with
 QOSMaxWallDurationPerJobLimit while one without -t gets the MaxWall as its time limit, MaxSubmitJobs refuses at
-submit and so does DenyOnLimit, with Slurm's lines. Limits are set through ModifyAssociations, as sacctmgr sets
-them (the capture's sacctmgr commands). One cluster for the module."""
+submit and so does DenyOnLimit, with Slurm's lines. Limits are set with the capture's own sacctmgr commands.
+One cluster for the module."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,6 @@ import pytest
 
 from agents import AgentProc, kill_leftovers, unique_node
 from harness import BIN, ControllerCluster, next_ip_base, stop_all, wait_until
-from spur_hpc.proto import slurm_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +61,11 @@ class Limits:
         assert result.returncode == 0, result.stderr
         return int(result.stdout)
 
-    def modify(self, verb: str, entity: str, names=(), where=None, **values: str) -> None:
-        request = slurm_pb2.ModifyAssociationsRequest(
-            verb=verb, entity=entity, names=list(names), where=where or {}, set=values
-        )
-        self.cluster.stub(self.cluster.wait_leader()).ModifyAssociations(request, timeout=10)
+    def sacctmgr(self, capture: str) -> None:
+        """The capture's sacctmgr command, run on Spur as it ran on Slurm."""
+        argv = shlex.split(golden(capture)["resolved"])
+        result = self.sh(*argv)
+        assert result.returncode == 0, f"{argv}: {result.stderr}"
 
     def squeue(self, job_id: int, fmt: str = "%t %r") -> str:
         return self.sh("squeue", "-h", "-j", str(job_id), "-o", fmt).stdout
@@ -103,12 +103,8 @@ def env(tmp_path_factory):
     work = root / "work"
     work.mkdir()
     lim = Limits(cluster, work)
-    lim.modify("add", "account", ["phys", "chem"])  # the capture's sacctmgr commands, in its order
-    lim.modify("add", "user", ["root"], account="phys,chem")
-    lim.modify("add", "qos", ["one"], maxjobsperuser="1")
-    lim.modify("add", "qos", ["short"], maxwall="1")
-    lim.modify("modify", "user", where={"name": "root"}, qos="normal,one,short")
-    lim.modify("modify", "account", where={"name": "phys"}, grptres="cpu=2")
+    for capture in ("add-accounts", "add-user", "add-qos-one", "add-qos-short", "user-qos", "phys-grptres"):
+        lim.sacctmgr(f"sacctmgr-{capture}")
     yield lim
     stop_all([agent.proc], timeout=5)
     kill_leftovers(agent.state_dir, agent.name)
@@ -147,10 +143,10 @@ def test_maxwall_pends_a_longer_job_and_gives_one_without_t_the_maxwall(env) -> 
 
 
 def test_maxsubmitjobs_and_denyonlimit_refuse_at_submit_with_slurms_lines(env) -> None:
-    env.modify("modify", "user", where={"name": "root", "account": "chem"}, maxsubmitjobs="1")
+    env.sacctmgr("sacctmgr-chem-maxsubmit")
     held = env.sbatch("-A", "chem", "-H", "-J", "held", "--wrap", "true")
     env.refused_as("sbatch-chem-refused", "-A", "chem", "-J", "refused", "--wrap", "true")
     env.cancel(held)
-    env.modify("modify", "user", where={"name": "root", "account": "chem"}, maxsubmitjobs="-1")
-    env.modify("modify", "qos", where={"name": "short"}, flags="DenyOnLimit")
+    env.sacctmgr("sacctmgr-chem-maxsubmit-clear")
+    env.sacctmgr("sacctmgr-short-deny")
     env.refused_as("sbatch-short-denied", "-A", "chem", "--qos=short", "-t", "5", "-J", "denied", "--wrap", "true")
