@@ -361,3 +361,18 @@ def test_bad_input_is_one_line_and_exit_1(argv, line, fake_controller, capsys):
     assert getattr(slurm, f"{argv[0]}_main")(argv[1:]) == 1
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1
+
+
+def test_sshare_helpformat_and_users_only(fake_controller, capsys):
+    from spur_hpc.cli import sshare
+
+    assert sshare.main(["-e"]) == 0
+    assert capsys.readouterr().out == (  # Slurm 22.05's sshare -e, byte for byte
+        "Account           Cluster           EffectvUsage      FairShare        \n"
+        "GrpTRESMins       GrpTRESRaw        ID                LevelFS          \n"
+        "NormShares        NormUsage         Partition         RawShares        \n"
+        "RawUsage          TRESRunMins       User             \n"
+    )
+    assert sshare.main(["-a", "-U", "-n", "-P", "-o", "User,FairShare"]) == 0
+    assert capsys.readouterr().out == "root|1.000000\ndaemon|0.333333\nnobody|0.666667\n"
+

@@ -31,11 +31,12 @@ OPTIONS = [
     Option("parsable", "p", "parsable", help="'|'-separated, with a '|' at the end of each line"),
     Option("parsable2", "P", "parsable2", help="'|'-separated"),
     Option("partition", "m", "partition", help="add the Partition column"),
+    Option("users_only", "U", "Users", help="only users' associations, not the accounts'"),
     Option("helpformat", "e", "helpformat", help="list the fields -o takes"),
     commandline.CLUSTERS_OPTION,
     *commandline.INFO_OPTIONS,
 ]
-SYNOPSIS = "[-a] [-A ACCOUNTS] [-u USERS] [-l] [-m] [-n] [-p|-P] [-o FIELDS]"
+SYNOPSIS = "[-a] [-A ACCOUNTS] [-u USERS] [-U] [-l] [-m] [-n] [-p|-P] [-o FIELDS] [-e]"
 # name -> default width (negative: left-justified), as sshare's print fields
 FIELDS = {
     "Account": -20, "Cluster": 10, "EffectvUsage": 13, "FairShare": 10, "LevelFS": 10, "GrpTRESMins": 30,
@@ -132,8 +133,9 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         return 1
     if commandline.answer_info_flags(program, values, SYNOPSIS, "Show associations' shares and usage.", OPTIONS):
         return 0
-    if values["helpformat"]:
-        print(" ".join(FIELDS))
+    if values["helpformat"]:  # Slurm's layout: four to a line in columns of 17
+        names = sorted(FIELDS)
+        commandline.print_lines([" ".join(f"{n:<17}" for n in names[i : i + 4]) for i in range(0, len(names), 4)])
         return 0
     if positionals:
         raise CliError(f"unexpected argument '{positionals[0]}'; sshare takes options only (users go in -u)")
@@ -151,6 +153,8 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         commandline.resolve_cluster(client, values["clusters"])
     request = {"users": users, "accounts": gather(values["accounts"]), "all_users": all_users}
     rows = list(client.call("ListShares", request).shares)
+    if values["users_only"]:
+        rows = [r for r in rows if r.user]
     top = min((r.depth for r in rows), default=0)
     run_mins = {}
     if "TRESRunMins" in {name for name, _ in fields} and rows:
