@@ -183,7 +183,7 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
 
     for key in cmd.where:
         if key not in CONDITIONS[cmd.entity]:
-            raise SlurmMessage(f" Unknown condition: {key}={cmd.where[key]}\n Use keyword 'set' to modify value")
+            raise SlurmMessage(f" Unknown condition: {cmd.typed.get(key, key + '=' + cmd.where[key])}")
     found = protocodec.to_jsonable(client.call("ListAssociations", {}), "ListAssociationsReply")
     where = {k: split(v) for k, v in cmd.where.items()}
     names = cmd.names
@@ -302,6 +302,42 @@ def check_keys(cmd: Command) -> None:
             raise SlurmMessage(f" Unknown condition: {typed}\n Use keyword 'set' to modify value")
 
 
+# Slurm's names of the counts whose values sacctmgr checks itself (get_uint's "Invalid value for NAME (VALUE)").
+COUNT_NAMES = {
+    "grpjobs": "GrpJobs", "grpsubmitjobs": "GrpSubmitJobs", "grpsubmit": "GrpSubmitJobs", "maxjobs": "MaxJobs",
+    "maxsubmitjobs": "MaxSubmitJobs", "maxsubmit": "MaxSubmitJobs", "priority": "Priority",
+    "maxjobsperuser": "MaxJobsPerUser", "maxjobspu": "MaxJobsPerUser", "maxsubmitjobsperuser": "MaxSubmitJobsPerUser",
+    "maxsubmitjobspu": "MaxSubmitJobsPerUser",
+}  # fmt: skip
+
+
+def check_values(cmd: Command, found: dict[str, Any]) -> None:
+    """The values sacctmgr checks before it asks slurmdbd anything, refused in its words: what is wrong, then the
+    option it could not use."""
+    from spur_hpc import model
+
+    for raw, value in cmd.set.items():
+        key = raw.rstrip("+-")
+        problem = ""
+        if key in ("fairshare", "shares") and not (value.lower() == "parent" or value.lstrip("-").isdigit()):
+            problem = f"sacctmgr: error: Invalid value for FairShare ({value})"
+        elif key in COUNT_NAMES and not value.lstrip("-").isdigit():
+            problem = f"sacctmgr: error: Invalid value for {COUNT_NAMES[key]} ({value})"
+        elif key in ("qos", "qoslevel", "defaultqos", "preempt") and value not in ("", "-1"):
+            known = [q["name"] for q in sorted(found["qos"], key=lambda q: q["id"])]
+            bad = next((n for n in split(value.lstrip("+-")) if n not in known), None)
+            if bad is not None:
+                problem = f"sacctmgr: error: You gave a bad qos '{bad}'. Valid QOS's are {','.join(known)}"
+        elif key in ("maxwall", "maxwalldurationperjob") and value != "-1":
+            try:
+                model.parse_time_limit(value, key)
+            except model.InvalidValue:
+                problem = f" Bad MaxWall time format: {cmd.typed.get(raw, raw + '=' + value)}"
+        if problem:
+            typed = cmd.typed.get(raw, f"{raw}={value}")
+            raise SlurmMessage(f"{problem}\n Unknown option: {typed}\n Use keyword 'where' to modify condition")
+
+
 def lowered(cmd: Command) -> None:
     """sacctmgr writes an account's description and organization in lower case (strip_quotes' make_lower)."""
     if cmd.entity in ("account", "qos"):
@@ -404,6 +440,12 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
             raise SlurmMessage(" Need name of user to add.")
         if not accounts:
             raise SlurmMessage(" Need name of account to add user to.")
+        missing = next((a for a in accounts if a not in {x["name"] for x in found["accounts"]}), None)
+        if missing is not None:
+            raise SlurmMessage(
+                f" This account '{missing}' doesn't exist.\n        Contact your admin to add this account.\n"
+                " No associations or wckeys created."
+            )
         known_users = {u["name"] for u in found["users"]}
         have = {(a["account"], a["user"], a["partition"]) for a in found["associations"]}
         partitions = split(cmd.set.get("partition")) or [""]
@@ -466,7 +508,7 @@ def change_lines(cmd: Command, affected: list[str]) -> list[str]:
 
 def emptied_users(cmd: Command, found: dict[str, Any]) -> list[str]:
     """A delete of some of users' associations (where account= or partition=) that leaves a user none: sacctmgr
-    names the users that go with them (the leader lists only the associations)."""
+    names the users that go with them (when the leader's list does not)."""
     if cmd.verb != "delete" or cmd.entity != "user" or not ({"account", "partition"} & set(cmd.where)):
         return []
     accounts, partitions = split(cmd.where.get("account")), split(cmd.where.get("partition"))
@@ -525,6 +567,7 @@ def change(client: Any, cmd: Command, immediate: bool, readonly: bool) -> int:
     found = protocodec.to_jsonable(client.call("ListAssociations", {}), "ListAssociationsReply")
     if cmd.verb == "delete" and cmd.entity == "account" and "root" in cmd.names:
         raise SlurmMessage(" You are not allowed to remove the root account.\n Use remove cluster instead.")
+    check_values(cmd, found)
     if cmd.verb == "add":
         shown = add_lines(cmd, found)
     else:
@@ -539,13 +582,21 @@ def change(client: Any, cmd: Command, immediate: bool, readonly: bool) -> int:
         if exc.code == "PERMISSION_DENIED" and cmd.verb == "add":
             commandline.print_lines(shown)  # Slurm prints what it would add, then slurmdbd's refusal
             raise SlurmMessage(f" Problem adding {WHAT_ADDED[cmd.entity]}: Access/permission denied") from None
+        if exc.code == "PERMISSION_DENIED":
+            raise SlurmMessage(
+                "sacctmgr: error: Your user doesn't have privilege to perform this action\n"
+                " Error with request: Access/permission denied"
+            ) from None
         raise
     if not reply.affected and not reply.changed:
         raise SlurmMessage(f" {reply.message or 'Nothing modified'}", stdout=True)
     if cmd.verb == "add":
         commandline.print_lines(shown)
     else:
-        commandline.print_lines(change_lines(cmd, list(reply.affected)) + emptied_users(cmd, found))
+        listed = change_lines(cmd, list(reply.affected))
+        commandline.print_lines(
+            listed + ([] if any("(No Associations)" in x for x in listed) else emptied_users(cmd, found))
+        )
     if immediate:
         return 0
     if not ask():
