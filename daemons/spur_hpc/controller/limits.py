@@ -258,6 +258,22 @@ def _profile_of(store: dict[str, Any], spec: dict[str, Any], memo: dict) -> tupl
     return found, key, qos
 
 
+def _job_facts(store: dict[str, Any], job: dict[str, Any], memo: dict) -> list:
+    """[profile, association key, QOS, request or None] of a job, worked out once per pass (the plan asks twice:
+    may it start, then charge its start)."""
+    cache = memo.setdefault("limit_jobs", {})
+    facts = cache.get(job["job_id"])
+    if facts is None:
+        facts = cache[job["job_id"]] = [*_profile_of(store, job["spec"], memo), None]
+    return facts
+
+
+def _request(facts: list, spec: dict[str, Any]) -> dict[str, int]:
+    if facts[3] is None:
+        facts[3] = requested_tres(spec)
+    return facts[3]
+
+
 def _scope_key(scope: tuple, spec: dict[str, Any]) -> tuple:
     """A scope's key in the usage tables: a QOS per user is (qos_user, qos, user)."""
     return (*scope, spec.get("user", "")) if scope[0] == "qos_user" else scope
@@ -272,9 +288,10 @@ def wall_over(spec: dict[str, Any], limit: int) -> bool:
 # ------------------------------------------------------------------ what runs now, counted once per pass
 
 
-def _scopes(store: dict[str, Any], spec: dict[str, Any], memo: dict) -> list[tuple]:
-    """Every usage key a job of this spec counts in: its QOS, its QOS per user, each association of its chain."""
-    key, qos = job_scope(store, spec)
+def _scopes(store: dict[str, Any], spec: dict[str, Any], memo: dict, scope: tuple | None = None) -> list[tuple]:
+    """Every usage key a job of this spec counts in: its QOS, its QOS per user, each association of its chain.
+    scope: its (association key, QOS) when known (job_scope)."""
+    key, qos = scope or job_scope(store, spec)
     chains = memo.setdefault("limit_chains", {})
     chain = chains.get(key)
     if chain is None:
@@ -308,9 +325,12 @@ def _running_usage(s: ClusterState, memo: dict) -> dict[tuple, dict[str, int]]:
 def charge(s: ClusterState, job: dict[str, Any], memo: dict) -> None:
     """Count a start the plan just decided (placement.take's twin for limits), so the next job of the same plan sees
     it. A job under no limit at all is in no scope another job's limit counts (its chain and QOS set none)."""
-    if not enforced() or s.assoc is None or not _profile_of(s.assoc, job["spec"], memo)[0]["checks"]:
+    if not enforced() or s.assoc is None:
         return
-    _charge(_running_usage(s, memo), _scopes(s.assoc, job["spec"], memo), requested_tres(job["spec"]), 1)
+    facts = _job_facts(s.assoc, job, memo)
+    if facts[0]["checks"]:
+        scopes = _scopes(s.assoc, job["spec"], memo, (facts[1], facts[2]))
+        _charge(_running_usage(s, memo), scopes, _request(facts, job["spec"]), 1)
 
 
 # ------------------------------------------------------------------ the answers
@@ -322,27 +342,24 @@ def waiting_reason(s: ClusterState, job: dict[str, Any], memo: dict | None = Non
         return None
     memo = {} if memo is None else memo
     spec = job["spec"]
-    prof, _key, _qos = _profile_of(s.assoc, spec, memo)
-    if not prof["checks"]:
+    facts = _job_facts(s.assoc, job, memo)
+    if not facts[0]["checks"]:
         return None
-    request = None
-    for kind, scope, what, limit, reason in prof["checks"]:
+    for kind, scope, what, limit, reason in facts[0]["checks"]:
         if kind == "wall":
             if wall_over(spec, limit):
                 return reason
             continue
-        if request is None:
-            request = requested_tres(spec)
-        if kind == "job":
-            if request.get(what, 0) > limit:
+        if kind == "count":
+            if _running_usage(s, memo).get(_scope_key(scope, spec), {}).get("jobs", 0) + 1 > limit:
                 return reason
             continue
-        used = _running_usage(s, memo).get(_scope_key(scope, spec), {})
-        asked = 1 if kind == "count" else request.get(what, 0)
-        if kind == "tres" and not asked:
-            continue  # a job asking for none of a TRES is never held back by its limit
-        if used.get(what, 0) + asked > limit:
-            return reason
+        asked = _request(facts, spec).get(what, 0)  # worked out only for a TRES limit
+        if kind == "job":
+            if asked > limit:
+                return reason
+        elif asked and _running_usage(s, memo).get(_scope_key(scope, spec), {}).get(what, 0) + asked > limit:
+            return reason  # (a job asking for none of a TRES is never held back by its limit)
     return None
 
 
