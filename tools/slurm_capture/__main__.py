@@ -8,7 +8,7 @@ replayed by tests/integration/test_slurm_json_replay.py. capture-priority runs p
 sshare under priority/multifactor) into tests/golden/slurm-22.05-priority/. capture-accounts runs
 accounts_session.py (sacctmgr) into tests/golden/slurm-22.05-accounts/, replayed by test_sacctmgr_replay.py.
 capture-limits runs limits_session.py (AccountingStorageEnforce=limits) into tests/golden/slurm-22.05-limits/,
-checked by tests/integration/test_limits.py.
+checked by tests/integration/test_limits_cluster.py.
 """
 
 from __future__ import annotations

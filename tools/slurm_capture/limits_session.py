@@ -4,7 +4,8 @@ root runs jobs in accounts phys and chem and with the QOS one (MaxJobsPerUser=1)
 phys's GrpTRES cpu=2 pends with AssocGrpCpuLimit and starts once the running job ends; the user's second job in QOS
 one pends with QOSMaxJobsPerUserLimit; a job over short's MaxWall pends with QOSMaxWallDurationPerJobLimit, and one
 without -t gets the MaxWall as its time limit; MaxSubmitJobs=1 in chem refuses the next submission, as does a job
-over MaxWall once short has DenyOnLimit. tests/integration/test_limits.py checks Spur's lines against these.
+over MaxWall once short has DenyOnLimit. tests/integration/test_limits_cluster.py checks Spur's lines against
+these.
 """
 
 from __future__ import annotations
