@@ -1,10 +1,12 @@
 """Association and QOS limits (controller/limits.py): every pending reason Spur gives, the inheritance up the account
-tree, a QOS limit hiding the association's, the plan never starting more than a limit allows, and the refusals at
-submit (submit limits; DenyOnLimit)."""
+tree, a QOS limit hiding the association's, the plan never starting more than a limit allows (a property over
+random limits and queues), and the refusals at submit (submit limits; DenyOnLimit)."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spur_hpc.controller import associations, eligibility, limits, wal
 from spur_hpc.controller.associations import assoc_key, new_account, new_assoc, new_qos, new_user
@@ -547,3 +549,53 @@ def test_billing_counts_cpus_and_a_tres_spur_does_not_count_is_no_limit() -> Non
     assert reason(s, submit(s, user="carol", account="chem")) is None, "fs/disk is not a TRES Spur counts"
     run(s, submit(s, user="carol", account="chem", qos="long"))
     assert reason(s, submit(s, user="carol", account="chem", qos="long")) == "QOSMaxBillingPerUser"
+
+
+# ------------------------------------------------------------------ one plan never passes a limit (property)
+
+_LIMIT = st.sampled_from([-1, 0, 1, 2, 3, 5])
+_JOB = st.tuples(st.sampled_from([("alice", "phys"), ("bob", "phys"), ("carol", "chem")]),
+                 st.sampled_from(["normal", "long"]), st.integers(1, 3), st.booleans())  # fmt: skip
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.fixed_dictionaries(
+        {"dept_jobs": _LIMIT, "phys_cpu": _LIMIT, "max_jobs": _LIMIT, "qos_user_jobs": _LIMIT, "qos_cpu": _LIMIT}
+    ),
+    st.lists(_JOB, min_size=1, max_size=12),
+    st.booleans(),
+)
+def test_after_one_plan_every_limit_holds(lims, jobs, with_index) -> None:
+    s = cluster(nodes=3, cpus=8)
+    set_assoc(s, assoc_key("dept"), grp_jobs=lims["dept_jobs"])
+    set_assoc(s, assoc_key("phys"), grp_tres={"cpu": lims["phys_cpu"]}, max_jobs=lims["max_jobs"])
+    set_qos(s, "long", max_jobs_per_user=lims["qos_user_jobs"], grp_tres={"cpu": lims["qos_cpu"]})
+    for (user, account), qos, cpus, array in jobs:
+        submit(s, user=user, account=account, qos=qos, cpus=cpus, **({"array": "0-2"} if array else {}))
+    for job_id, nodes in plan_starts(s, 30.0, JobIndex() if with_index else None):
+        run(s, job_id, nodes)
+    running = [j for j in s.jobs.values() if j["state"] == "RUNNING"]
+
+    def count(pick, what="jobs"):
+        return sum((1 if what == "jobs" else limits.held_tres(j)[what]) for j in running if pick(j["spec"]))
+
+    def within(limit, used):
+        return limit == -1 or used <= limit
+
+    long_rule = lims["qos_user_jobs"]
+    assert within(lims["dept_jobs"], count(lambda sp: True)), "dept's GrpJobs (every job is under dept)"
+    assert within(lims["qos_cpu"], count(lambda sp: sp["qos"] == "long", "cpu")), "QOS long's GrpTRES cpu"
+    for user in ("alice", "bob", "carol"):
+        assert within(long_rule, count(lambda sp, u=user: sp["user"] == u and sp["qos"] == "long"))
+    # phys's GrpTRES cpu holds for every job; QOS long's own cpu limit hides it for long's jobs
+    assert within(
+        lims["phys_cpu"],
+        count(lambda sp: sp["account"] == "phys" and (sp["qos"] != "long" or lims["qos_cpu"] == -1), "cpu"),
+    )
+    for user in ("alice", "bob"):  # MaxJobs: hidden by QOS long's MaxJobsPerUser for long's jobs
+        assert within(
+            lims["max_jobs"], count(lambda sp, u=user: sp["user"] == u and (sp["qos"] != "long" or long_rule == -1))
+        )
