@@ -129,7 +129,7 @@ def parse_command(words: list[str]) -> Command:
     verb = words[0].lower()
     cmd.verb = VERBS.get(verb) or next((v for k, v in VERBS.items() if len(verb) >= 3 and k.startswith(verb)), "")
     if not cmd.verb:
-        raise SlurmMessage(f"invalid keyword: {words[0]}")
+        raise SlurmMessage(f"invalid keyword: {printable(words[0])}")
     if len(words) < 2:
         listed = "list" if cmd.verb == "show" else cmd.verb
         raise SlurmMessage(f"No valid entity in {listed} command\n{NO_ENTITY}")
@@ -148,21 +148,21 @@ def parse_command(words: list[str]) -> Command:
             continue
         if "=" not in word:
             if mode == "set":
-                raise SlurmMessage(f" Unknown option: {word}\n Use keyword 'where' to modify condition")
+                raise SlurmMessage(f" Unknown option: {printable(word)}\n Use keyword 'where' to modify condition")
             cmd.names += [n for n in word.split(",") if n]
             continue
         key, op, value = key_of(word)
         if key == "format":
             cmd.format.append(value)
             continue
-        cmd.typed[key + op] = word
+        cmd.typed[key + op] = printable(word)
         if mode == "set" or (cmd.verb == "add" and key not in ("name", "names")):
             cmd.set[key + op] = value
         elif key == "name" or (key == cmd.entity and cmd.entity in ("user", "account")):
             cmd.names += [n for n in value.split(",") if n]
         else:
             if op:
-                raise SlurmMessage(f" Unknown condition: {word}\n Use keyword 'set' to modify value")
+                raise SlurmMessage(f" Unknown condition: {printable(word)}\n Use keyword 'set' to modify value")
             cmd.where[key] = value
     return cmd
 
@@ -183,7 +183,7 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
 
     for key in cmd.where:
         if key not in CONDITIONS[cmd.entity]:
-            raise SlurmMessage(f" Unknown condition: {cmd.typed.get(key, key + '=' + cmd.where[key])}")
+            raise SlurmMessage(f" Unknown condition: {cmd.typed.get(key, printable(key + '=' + cmd.where[key]))}")
     found = protocodec.to_jsonable(client.call("ListAssociations", {}), "ListAssociationsReply")
     where = {k: split(v) for k, v in cmd.where.items()}
     names = cmd.names
@@ -320,19 +320,19 @@ def check_values(cmd: Command, found: dict[str, Any]) -> None:
         key = raw.rstrip("+-")
         problem = ""
         if key in ("fairshare", "shares") and not (value.lower() == "parent" or value.lstrip("-").isdigit()):
-            problem = f"sacctmgr: error: Invalid value for FairShare ({value})"
+            problem = f"sacctmgr: error: Invalid value for FairShare ({printable(value)})"
         elif key in COUNT_NAMES and not value.lstrip("-").isdigit():
-            problem = f"sacctmgr: error: Invalid value for {COUNT_NAMES[key]} ({value})"
+            problem = f"sacctmgr: error: Invalid value for {COUNT_NAMES[key]} ({printable(value)})"
         elif key in ("qos", "qoslevel", "defaultqos", "preempt") and value not in ("", "-1"):
             known = [q["name"] for q in sorted(found["qos"], key=lambda q: q["id"])]
             bad = next((n for n in split(value.lstrip("+-")) if n not in known), None)
             if bad is not None:
-                problem = f"sacctmgr: error: You gave a bad qos '{bad}'. Valid QOS's are {','.join(known)}"
+                problem = f"sacctmgr: error: You gave a bad qos '{printable(bad)}'. Valid QOS's are {','.join(known)}"
         elif key in ("maxwall", "maxwalldurationperjob") and value != "-1":
             try:
                 model.parse_time_limit(value, key)
             except model.InvalidValue:
-                problem = f" Bad MaxWall time format: {cmd.typed.get(raw, raw + '=' + value)}"
+                problem = f" Bad MaxWall time format: {cmd.typed.get(raw, printable(raw + '=' + value))}"
         if problem:
             typed = cmd.typed.get(raw, f"{raw}={value}")
             raise SlurmMessage(f"{problem}\n Unknown option: {typed}\n Use keyword 'where' to modify condition")
@@ -420,7 +420,7 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
         parent = cmd.set.get("parent", "")
         if parent and parent not in {a["name"] for a in found["accounts"]}:
             raise SlurmMessage(
-                f" Parent account '{parent}' doesn't exist on cluster {cluster}\n"
+                f" Parent account '{printable(parent)}' doesn't exist on cluster {cluster}\n"
                 "        Contact your admin to add this account.\n No associations created."
             )
         known = {a["name"] for a in found["accounts"]}
@@ -443,8 +443,8 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
         missing = next((a for a in accounts if a not in {x["name"] for x in found["accounts"]}), None)
         if missing is not None:
             raise SlurmMessage(
-                f" This account '{missing}' doesn't exist.\n        Contact your admin to add this account.\n"
-                " No associations or wckeys created."
+                f" This account '{printable(missing)}' doesn't exist.\n"
+                "        Contact your admin to add this account.\n No associations or wckeys created."
             )
         known_users = {u["name"] for u in found["users"]}
         have = {(a["account"], a["user"], a["partition"]) for a in found["associations"]}
