@@ -673,6 +673,7 @@ class ControllerService:
         queues: dict[str, list[tuple[tuple[int, int], int]]] = {}  # partition -> (order key, job id), a heap
         for j in pending:
             queues.setdefault(placement.job_partition(j["spec"]), []).append((scheduler.order_key(j), j["job_id"]))
+        asked = {part: len(entries) for part, entries in queues.items()}  # the wanted jobs of each partition
         if not whole_queue:
             last = {part: max(entries)[0] for part, entries in queues.items()}
             for j in s.jobs.values():
@@ -685,7 +686,7 @@ class ControllerService:
         blocked = memo.setdefault("placement_blocked", set())  # placement.queue_reason's, shared
         for part, queue in queues.items():
             heapq.heapify(queue)
-            left = sum(1 for _key, job_id in queue if job_id in wanted)
+            left = asked[part]
             while queue and left:
                 if part in blocked:  # every later job of the partition says Priority: no need to go in order
                     for _later, other in queue:  # (nor to pop the 10,000 of a long queue off the heap one by one)
