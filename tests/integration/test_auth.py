@@ -168,4 +168,14 @@ def test_agent_ping_and_cluster_probe_need_a_credential(secured, munge):
     assert running.get(job_id) == agent.running()[job_id]["supervisor_pid"] > 0
     reply = probe_stub.ClusterProbe(probe_request, timeout=5, metadata=(("spur-auth", credential(munge)),))
     assert reply.has_cluster and sorted(reply.members) == sorted(cluster.peers)
+    # Changing the controllers, or seeing their Raft progress, is for administrators only (spur admin raft).
+    stub = cluster.stub(cluster.wait_leader())
+    change = slurm_pb2.ChangeMembershipRequest(action="remove", raft_addr=cluster.peers[0])
+    for call in (lambda m: stub.RaftStatus(slurm_pb2.RaftStatusRequest(), timeout=5, metadata=m),
+                 lambda m: stub.ChangeMembership(change, timeout=5, metadata=m)):
+        with pytest.raises(grpc.RpcError) as info:
+            call((("spur-auth", credential(munge, as_nobody=True)),))  # a credential is good for one call
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED, info.value.details()
+    status = stub.RaftStatus(slurm_pb2.RaftStatusRequest(), timeout=5, metadata=(("spur-auth", credential(munge)),))
+    assert sorted(m.raft_addr for m in status.members) == sorted(cluster.peers) and all(m.voter for m in status.members)
     assert run(env, work, "scancel", str(job_id)).returncode == 0
