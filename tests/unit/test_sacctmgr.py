@@ -271,6 +271,7 @@ sacctmgr_tokens = st.one_of(
 @given(st.lists(sacctmgr_tokens, max_size=8))
 def test_any_command_line_ends_in_an_answer_or_one_refusal(store_client, capsys, monkeypatch, words):
     monkeypatch.setattr(sacctmgr, "ask", lambda: True)
+    monkeypatch.setattr(sacctmgr, "commands_from_stdin", lambda program, values: 0)  # no command: its own test
     from spur_hpc.cli import slurm
 
     code = slurm.sacctmgr_main(words)
@@ -284,3 +285,17 @@ def test_any_command_line_ends_in_an_answer_or_one_refusal(store_client, capsys,
 def test_a_value_with_a_newline_cannot_start_a_line_of_its_own(store_client, capsys):
     code, out, err = sacctmgr_run(["-i", "add", "account", "x", "parent=no\nsuch"], capsys)
     assert code == 1 and "\\n" in err and all(line.startswith(" ") for line in err.splitlines())
+
+
+def test_without_a_command_it_reads_commands_from_stdin(store_client, capsys, monkeypatch):
+    read, write = os.pipe()
+    os.write(write, b"add qos high\nshow qos format=name\nbogus\nquit\nshow user\n")
+    os.close(write)
+    with os.fdopen(read) as stdin:
+        monkeypatch.setattr("sys.stdin", stdin)
+        code, out, err = sacctmgr_run(["-i"], capsys)
+    assert code == 1  # one command failed; the others ran, and nothing after quit
+    assert out.startswith("sacctmgr: add qos high\n Adding QOS(s)\n  high\n")
+    listing = "sacctmgr: show qos format=name\n      Name \n---------- \n    normal \n      high \n"
+    assert listing + "sacctmgr: bogus\n" in out
+    assert out.endswith("sacctmgr: quit\n") and err == "invalid keyword: bogus\n"

@@ -115,6 +115,9 @@ ACCOUNTS_SESSION: list[Run] = [
     Run("show-assoc-where-user", "sacctmgr -P show assoc where user=bob format=account,user,share"),
     Run("list-account-names", "sacctmgr -P list account where name=phys,chem"),
     Run("show-assoc-tree", "sacctmgr -P show assoc format=cluster,account,user,parentname"),
+    Run("show-assoc-tree-display", "sacctmgr show assoc tree format=account,user,share"),
+    Run("show-assoc-tree-display-P", "sacctmgr -P show assoc tree format=account,user"),
+    Run("commands-on-stdin", "sacctmgr", stdin="show user format=user\nlist qos format=name\n"),
     # ---------------------------------------------------------------- changing
     Run("modify-user-assoc", "sacctmgr -i modify user alice set maxjobs=5 fairshare=3"),
     Run("modify-user-admin", "sacctmgr -i modify user where name=alice set adminlevel=admin"),

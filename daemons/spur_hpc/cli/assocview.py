@@ -114,12 +114,13 @@ CLUSTER_FORMAT = (
 
 
 class Field:
-    __slots__ = ("title", "width", "key")
+    __slots__ = ("title", "width", "key", "sized")
 
-    def __init__(self, title: str, width: int, key: str) -> None:
+    def __init__(self, title: str, width: int, key: str, sized: bool = False) -> None:
         self.title = title
         self.width = width
         self.key = key
+        self.sized = sized  # the width came from format= (%W), not the field's default
 
 
 def field(text: str) -> Field:
@@ -134,7 +135,7 @@ def field(text: str) -> Field:
     lower = name.strip().lower()
     for full, shortest, title, default_width, key in FIELDS:
         if len(lower) >= shortest and full.lower().startswith(lower):
-            return Field(title, width or default_width, key)
+            return Field(title, width or default_width, key, bool(width))
     raise UnknownField(name)
 
 
@@ -305,6 +306,11 @@ ZEROED = {
 
 def zeroed_row(user: dict[str, Any]) -> dict[str, Any]:
     return {"user": user["name"], "admin_level": user["admin_level"], "zeroed": True}
+
+
+def depth(found: dict[str, Any], assoc: dict[str, Any]) -> int:
+    """How far below root an association sits (`show assoc tree` indents the account by one space a level)."""
+    return len(chain(found, assoc)) - 1
 
 
 def tree_order(found: dict[str, Any], assocs: list[dict[str, Any]]) -> list[dict[str, Any]]:

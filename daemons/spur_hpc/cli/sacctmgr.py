@@ -87,6 +87,7 @@ class Command:
         self.set: dict[str, str] = {}
         self.format: list[str] = []
         self.withassoc = False
+        self.tree = False  # show assoc tree: accounts indented by depth, 20 wide
         self.typed: dict[str, str] = {}  # set/where key -> the word as typed (Slurm's refusals quote it)
 
 
@@ -145,6 +146,9 @@ def parse_command(words: list[str]) -> Command:
             continue
         if lower in ("withassoc", "withassocs", "withassociations"):
             cmd.withassoc = True
+            continue
+        if lower == "tree" and cmd.verb == "show":
+            cmd.tree = True
             continue
         if "=" not in word:
             if mode == "set":
@@ -238,8 +242,12 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
             and matches(where.get("parent", []), x["parent_account"] if not x["user"] else "")
             and matches(where.get("id", []), str(x["id"]))
         ]
-        ordered = sorted(picked, key=lambda x: x["id"]) if users else assocview.tree_order(found, picked)
+        by_id = users and not cmd.tree
+        ordered = sorted(picked, key=lambda x: x["id"]) if by_id else assocview.tree_order(found, picked)
         rows = [assocview.assoc_row(found, x) for x in ordered]
+        if cmd.tree:
+            for row in rows:
+                row["account"] = " " * assocview.depth(found, row) + row["account"]
         default = assocview.ASSOC_FORMAT
     elif entity == "qos":
         names = names + where.get("name", [])
@@ -255,6 +263,9 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
             rows = []
         default = assocview.CLUSTER_FORMAT
     columns = assocview.fields(cmd.format or [default])
+    for column in columns:
+        if cmd.tree and column.key == "account" and not column.sized:
+            column.width = -20
     return assocview.lines(columns, rows, header, parsable)
 
 
@@ -619,13 +630,19 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
     if commandline.answer_info_flags(program, values, SYNOPSIS, DESCRIPTION, OPTIONS):
         return 0
     if not words:
-        raise CliError("give a command, like: sacctmgr show user (sacctmgr --help lists them)")
+        return commands_from_stdin(program, values)
+    return execute(words, values)
+
+
+def execute(words: list[str], values: dict[str, Any], client: Any = None) -> int:
+    """One command (its words after the options); Slurm's own refusals printed here, other failures raised."""
     try:
         cmd = parse_command(words)
         cmd.withassoc = cmd.withassoc or bool(values["associations"])
-        from spur_hpc.cli.controller import ControllerClient
+        if client is None:
+            from spur_hpc.cli.controller import ControllerClient
 
-        client = ControllerClient()
+            client = ControllerClient()
         if cmd.verb == "show":
             parsable = "parsable2" if values["parsable2"] else "parsable" if values["parsable"] else ""
             commandline.print_lines(show(client, cmd, not values["noheader"], parsable))
@@ -638,6 +655,63 @@ def main(argv: list[str], program: str = PROGRAM) -> int:
         sys.stdout.flush()
         print(printable_lines(exc.text), file=sys.stdout if exc.stdout else sys.stderr)
         return 1
+
+
+def read_line(fd: int) -> str | None:
+    """One line from fd, a byte at a time (the commit question reads the same fd; nothing may sit in a buffer)."""
+    data = b""
+    while len(data) < MAX_LINE_BYTES:
+        byte = os.read(fd, 1)
+        if not byte:
+            return data.decode(errors="replace") if data else None
+        if byte == b"\n":
+            break
+        data += byte
+    return data.decode(errors="replace")
+
+
+MAX_LINE_BYTES = 64 * 1024
+
+
+def commands_from_stdin(program: str, values: dict[str, Any]) -> int:
+    """sacctmgr without a command reads commands from stdin until EOF, quit or exit, with Slurm's prompt (and,
+    when stdin is no terminal, the command echoed after it, as Slurm's readline does). Exit 1 if any failed."""
+    import shlex
+
+    from spur_hpc.cli.runner import error_line
+    from spur_hpc.wire.grpcwire import RpcError
+
+    fd = sys.stdin.fileno()
+    echo = not os.isatty(fd)
+    status, client = 0, None
+    while True:
+        print(f"{program}: ", end="", flush=True)
+        line = read_line(fd)
+        if line is None:
+            print()
+            return status
+        if echo:
+            print(printable(line))
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            error_line(program, f"{exc} in '{line}'")
+            status = 1
+            continue
+        if not words:
+            continue
+        if words[0].lower() in ("quit", "exit"):
+            return status
+        try:
+            if client is None:
+                from spur_hpc.cli.controller import ControllerClient
+
+                client = ControllerClient()
+            code = execute(words, values, client)
+        except (CliError, RpcError) as exc:
+            error_line(program, str(exc) if isinstance(exc, CliError) else exc.details)
+            code = 1
+        status = code or status
 
 
 def printable_lines(text: str) -> str:
