@@ -68,7 +68,8 @@ PREEMPT_SESSION: list[Run | Wait] = [
     job_in("highr", "RUNNING", "COMPLETED"),
     Run("squeue-requeued", "squeue -t all -j {lowr},{highr}"),
     Run("scontrol-show-job-requeued", "scontrol show job {lowr}"),
-    Run("sacct-requeued", "sacct -X -D -j {lowr} -o JobID,State,ExitCode,Restarts"),
+    Wait("sacct has the requeued run", "sacct -n -X -D -j {lowr} -o State", until="PREEMPTED|REQUEUED", timeout=60),
+    Run("sacct-requeued", "sacct -X -D -j {lowr} -o JobID,State,ExitCode"),
     job_in("lowr", "RUNNING", timeout=240),  # a requeued job waits out BeginTime: cred_expire, 120 s + 1
     Run("scontrol-show-job-rerun", "scontrol show job {lowr}"),
     Run("scancel-all", "scancel -u root"),
