@@ -95,70 +95,65 @@ def same_state(cluster, members, want_members: list[str]) -> bool:
     return len(set(v.values())) == 1 and next(iter(v.values()))[1] == tuple(sorted(want_members))
 
 
-def test_grow_one_to_three_while_submitting_then_remove_the_leader(make_cluster):
-    c = make_cluster(3, start=False)
-    a, b, d = c.members
+def add(c, m, via: list) -> str:
+    """spur admin raft add while m starts empty (its spur.conf names the whole set being built); the command's text."""
+    adding = start_add(c, m, via)
+    wait_until(lambda: m.raft_addr in spur_admin(c, "status", via=via).stdout, 20, f"{m.raft_addr} recorded as joining")
+    c.write_conf(m)
+    c.spawn(m)
+    code, text = finish(adding)
+    assert code == 0 and "is a voting member" in text, text
+    assert "joining it as a learner" in m.proc.log_text()
+    return text
+
+
+def submit_one(c, m) -> int:
+    spec = slurm_pb2.JobSpec(name="m", script="#!/bin/sh\ntrue\n", user="root", work_dir="/tmp")
+    request = slurm_pb2.SubmitJobRequest(spec=spec, idempotency_key=uuid.uuid4().hex)
+    return c.stub(m).SubmitJob(request, timeout=10).job_id
+
+
+def test_one_to_three_to_five_to_three_while_submitting(make_cluster):
+    c = make_cluster(5, start=False)
+    a = c.members[0]
     c.write_conf(a, peers=[a.raft_addr], hosts=[a.grpc_addr])
     c.start([0])
     submitter = Submitter(c)
     submitter.start()
     wait_until(lambda: len(submitter.acked) >= 5, 20, "the first submissions")
 
-    # b: the add records it as a learner; b starts empty with a spur.conf naming the new set and joins.
-    adding = start_add(c, b, [a])
-    wait_until(lambda: b.raft_addr in spur_admin(c, "status", via=[a]).stdout, 20, "b recorded as joining")
-    c.write_conf(b)  # the spur.conf of the set being built (2 controllers is no set to configure)
-    c.spawn(b)
-    code, text = finish(adding)
-    assert code == 0, text
-    assert "is a voting member" in text, text
-    assert "joining it as a learner" in b.proc.log_text()
-
-    # d joins the two-member cluster the same way.
-    adding = start_add(c, d, [a, b])
-    c.write_conf(d)
-    wait_until(lambda: d.raft_addr in spur_admin(c, "status", via=[a, b]).stdout, 20, "d recorded as joining")
-    c.spawn(d)
-    code, text = finish(adding)
-    assert code == 0, text
-
+    # One at a time, each new controller recorded as joining, started empty, caught up and promoted.
+    for i in range(1, 5):
+        add(c, c.members[i], c.members[:i])
     status = spur_admin(c, "status", "-o", "json")
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count('"voter": true') == 3, status.stdout
+    assert status.stdout.count('"voter": true') == 5, status.stdout
+
+    # 5 -> 3: the leader first (it hands over, the command goes on at the next leader), then a follower.
+    leader = c.wait_leader()
+    gone = spur_admin(c, "remove", leader.raft_addr)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert leader.proc.wait_exit(30) == 0
+    assert "was removed from cluster" in leader.proc.log_text()
+    new_leader = c.wait_leader(exclude=leader)
+    follower = next(m for m in c.running() if m is not new_leader)
+    gone = spur_admin(c, "remove", follower.raft_addr)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert follower.proc.wait_exit(30) == 0
+    rest = [m for m in c.members if m not in (leader, follower)]
+    want = [m.raft_addr for m in rest]
 
     acked = submitter.finish()
     assert len(acked) == len(set(acked)), "an acknowledged job id was given twice"
     assert acked == sorted(acked), "job ids went backwards"
-    for m in c.members:
+    for m in rest:
         wait_until(lambda m=m: set(acked) <= set(job_ids(c, m)), 20, f"{m.raft_addr} to hold every acknowledged job")
-    wait_until(lambda: same_state(c, c.members, c.peers), 20, "every member the same state")
+    wait_until(lambda: same_state(c, rest, want), 20, "every remaining member the same state")
+    assert submit_one(c, c.wait_leader()) > max(acked)
 
-    # 3 -> 2 removing the leader: it hands over first; the two others agree, the removed one stops.
-    leader = c.wait_leader()
-    gone = spur_admin(c, "remove", leader.raft_addr)
-    assert gone.returncode == 0, gone.stdout + gone.stderr
-    rest = [m for m in c.members if m is not leader]
-    want = [m.raft_addr for m in rest]
-    wait_until(lambda: same_state(c, rest, want), 20, "the two remaining members to agree")
-    assert leader.proc.wait_exit(30) == 0
-    assert "was removed from cluster" in leader.proc.log_text()
-    new_leader = c.wait_leader()
-    assert new_leader in rest
-    after = (
-        c.stub(new_leader)
-        .SubmitJob(
-            slurm_pb2.SubmitJobRequest(
-                spec=slurm_pb2.JobSpec(name="m", script="#!/bin/sh\ntrue\n", user="root", work_dir="/tmp"),
-                idempotency_key=uuid.uuid4().hex,
-            ),
-            timeout=10,
-        )
-        .job_id
-    )
-    assert after > max(acked)
-    # The membership is durable: a remaining member restarted agrees, and the removed one refuses to start.
-    follower = next(m for m in rest if m is not new_leader)
-    c.restart(follower.index)
+    # The membership is durable: a remaining member restarted agrees, and a removed one refuses to start.
+    again = next(m for m in rest if m is not c.wait_leader())
+    c.restart(again.index)
     wait_until(lambda: same_state(c, rest, want), 20, "the restarted member to agree")
     c.spawn(leader)
     assert leader.proc.wait_exit(30) != 0
