@@ -154,12 +154,18 @@ class Membership:
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         seen = False  # it connected at some point (it may have stopped since)
+        # Caught up: it holds what was committed one poll ago. Under a steady stream of writes the commit index moves
+        # every tick, and the learner's match index trails it by that tick: "equal to the commit index now" might
+        # never hold, "at least the commit index of POLL_SECS ago" does once it keeps pace.
+        target = None
         while True:
             progress = self.raft.on_tick(self.raft.progress).get(addr, {})
             seen = seen or bool(progress.get("connected"))
             commit = self.raft.commit_index()
-            if progress.get("heard") and progress.get("connected") and progress.get("match", 0) >= commit:
+            live = progress.get("heard") and progress.get("connected")
+            if live and target is not None and progress.get("match", 0) >= target:
                 break
+            target = commit
             if time.monotonic() > deadline or not self.raft.is_leader():
                 return self._not_promoted(addr, progress, commit, timeout, seen)
             time.sleep(POLL_SECS)
