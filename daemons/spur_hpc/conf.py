@@ -116,6 +116,8 @@ def enforce_flags(words: Any) -> tuple[str, ...]:
     AccountingStorageEnforce=associations,limits,qos)."""
     on = {implied for word in words or () for implied in ENFORCE_IMPLIES.get(word, (word,))}
     return tuple(word for word in ENFORCE_WORDS if word in on)
+
+
 _NODE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 _GRES_NAME = r"[A-Za-z0-9_.-]{1,64}"
@@ -308,6 +310,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
             above=0,
             max=HOUR,
         ),
+        "catch_up_timeout_secs": Key(
+            float,
+            120.0,
+            "`spur admin raft add`: a new controller that has not caught up with the leader this long after the "
+            "add began is not promoted and is taken out again (the command says why). `--timeout` overrides it for "
+            "one add; the leader's value counts.",
+            above=0,
+            max=24 * HOUR,
+        ),
         "bootstrap_wait_secs": Key(
             float,
             0.0,
@@ -358,7 +369,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "basic",
             "Slurm's PriorityType. `basic` orders the queue by submission (lowered by `--nice`), as "
             "priority/basic; `multifactor` gives each pending job the sum of the weighted factors below, "
-            "recalculated every `priority_calc_period` (docs/controller.md \"Priority\").",
+            'recalculated every `priority_calc_period` (docs/controller.md "Priority").',
             choices=("basic", "multifactor"),
         ),
         "priority_weight_age": Key(

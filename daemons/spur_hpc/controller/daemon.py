@@ -169,7 +169,9 @@ class ControllerDaemon(MemberStatus, Daemon):
             ) from None
         self.service = ControllerService(self.conf, self.raft, self.member_grpc)
         self.duties = LeaderDuties(self.service, job_to_pb, self._bootstrap_cluster)
-        self.membership = Membership(self.raft, self.service.write, self._ping_member)
+        self.membership = Membership(
+            self.raft, self.service.write, self._ping_member, self.conf.controller.catch_up_timeout_secs
+        )
         self.raft.add_apply_listener(self._on_apply)
         self.raft.start()
         self.duties.start()

@@ -27,7 +27,6 @@ from spur_hpc.model import CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr
 
 log = logging.getLogger("spurctld.membership")
 
-DEFAULT_CATCH_UP_SECS = 120.0  # ChangeMembershipRequest.catch_up_timeout_secs = 0
 TRANSFER_WAIT_SECS = 10.0
 POLL_SECS = 0.1
 
@@ -35,8 +34,15 @@ POLL_SECS = 0.1
 class Membership:
     """write(op, **fields) commits one record (ControllerService.write); ping(grpc_addr) -> a PingReply or None."""
 
-    def __init__(self, raft: SpurRaft, write: Callable[..., dict[str, Any]], ping: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        raft: SpurRaft,
+        write: Callable[..., dict[str, Any]],
+        ping: Callable[[str], Any],
+        catch_up_secs: float,
+    ) -> None:
         self.raft = raft
+        self.catch_up_secs = catch_up_secs  # [controller] catch_up_timeout_secs: an add's default deadline
         self.write = write
         self.ping = ping
         self.lock = threading.Lock()
@@ -119,7 +125,7 @@ class Membership:
         try:
             self.in_flight = f"{action} {addr}"
             if action == "add":
-                return self._add(addr, grpc, timeout if timeout > 0 else DEFAULT_CATCH_UP_SECS)
+                return self._add(addr, grpc, timeout if timeout > 0 else self.catch_up_secs)
             return self._remove(addr)
         finally:
             self.in_flight = ""
