@@ -141,6 +141,18 @@ def test_requeue_mode_the_victim_runs_again_with_its_restart_counted(env) -> Non
     assert out.read_text().split() == ["restart=0", "restart=1"]
 
 
+def test_a_high_job_behind_an_older_waiting_low_job_still_preempts(env) -> None:
+    """The queue puts a preemptor before the jobs it may preempt (as Slurm sorts it), so the older low job that
+    does not fit blocks nothing for it."""
+    victim = env.submit("sleep 300\n", "low", 2)
+    env.wait_state(victim, {"RUNNING"})
+    older = env.submit("sleep 300\n", "low", 2)
+    high = env.submit("true\n", "high", 2)
+    assert env.wait_state(victim, {"PREEMPTED"}).preempted_by == high
+    env.wait_state(high, {"COMPLETED"})
+    env.cancel(env.wait_state(older, {"RUNNING"}).job_id)  # then the older one runs
+
+
 def test_qos_preempt_mode_off_protects_its_job_even_where_the_partition_says_cancel(env) -> None:
     victim = env.submit("sleep 300\n", "guarded", 2)
     env.wait_state(victim, {"RUNNING"})

@@ -283,3 +283,35 @@ def test_show_config_names_preempt_qos_under_qos_priority(tmp_path) -> None:
         path.write_text(f'[scheduler]\npreempt_type = "{preempt_type}"\n')
         pairs = dict(jobcontrol.config_pairs(conf.load(str(path)), info, ["h:6817"], str(path)))
         assert pairs["PreemptType"] == shown
+
+
+# ------------------------------------------------------------------ the plan's order
+
+
+def test_preempt_levels_rank_each_qos_above_every_qos_it_may_preempt() -> None:
+    s = cluster(
+        qos=(
+            ("low", 10, [], ""),
+            ("high", 100, ["low"], ""),
+            ("top", 200, ["high", "low"], ""),
+            ("peer", 100, ["high"], ""),
+        )
+    )
+    assert preemption.preempt_levels(s.assoc) == {"high": 1, "top": 2}  # peer's priority is not above high's
+    assert preemption.preempt_levels(s.assoc) is preemption.preempt_levels(s.assoc)  # worked out once per table
+
+
+def test_a_preemptor_is_planned_before_the_older_jobs_it_may_preempt_and_becomes_the_blocker() -> None:
+    """As Slurm sorts its queue: a high job waiting behind an older low job that does not fit still preempts."""
+    from spur_hpc.controller.scheduler import JobIndex
+
+    s = cluster()
+    run(s, 2, "low")
+    older, high = submit(s, 4, "low"), submit(s, 4, "high")
+    index = JobIndex()
+    blockers: list[int] = []
+    assert plan_starts(s, 20.0, index, blockers=blockers) == [] and blockers == [older["job_id"]]  # off: FIFO
+    index.levels_of = lambda st: preemption.preempt_levels(st.assoc)
+    blockers.clear()
+    assert plan_starts(s, 20.0, index, blockers=blockers) == [] and blockers == [high["job_id"]]
+    assert victims(s, high) != []

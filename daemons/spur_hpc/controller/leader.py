@@ -101,6 +101,7 @@ class LeaderDuties:
         # Pending and running jobs kept from the applied records: a wake-up looks at what changed, not at
         # every job (scheduler.JobIndex).
         self.jobs = JobIndex()
+        self.jobs.levels_of = self.service.plan_levels  # under qos_priority, preemptors are planned first
         self.raft.add_state_listener(self.jobs.note)
         self.wake = threading.Event()
         self.stopping = threading.Event()

@@ -44,6 +44,34 @@ class Victim:
     nodes: tuple[str, ...]
 
 
+def preempt_levels(store: dict[str, Any]) -> dict[str, int]:
+    """Each QOS's rank in the preemption order (QOS of rank 0 left out): one more than the highest rank among the
+    QOS it may preempt (listed, of a strictly lower priority), 0 when it may preempt none. A job may preempt only
+    jobs of a lower rank, so a queue ordered by rank first plans every preemptor before the jobs it could preempt,
+    as Slurm's queue sort does (sort_job_queue2 puts a job that may preempt another before it). Worked out once
+    per QOS table (an assoc_apply replaces the table)."""
+    rows = store["qos"]
+    if _LEVELS[0] is rows:
+        return _LEVELS[1]
+    levels: dict[str, int] = {}
+
+    def level(name: str) -> int:  # the edges go to strictly lower priorities: no cycle, depth at most the QOS count
+        if name not in levels:
+            row = rows[name]
+            below = [v for v in row.get("preempt") or () if v in rows and may_preempt(row, rows[v])]
+            levels[name] = 1 + max(level(v) for v in below) if below else 0
+        return levels[name]
+
+    for name in sorted(rows, key=lambda n: int(rows[n].get("priority") or 0)):  # lowest first: shallow recursion
+        level(name)
+    found = {name: n for name, n in levels.items() if n}
+    _LEVELS[:] = [rows, found]
+    return found
+
+
+_LEVELS: list[Any] = [None, {}]  # (the QOS table, its levels): the last one worked out
+
+
 def job_qos(store: dict[str, Any], job: dict[str, Any]) -> dict[str, Any] | None:
     """The QOS row a job runs under (its --qos, else normal), None when the store has no such QOS."""
     return store["qos"].get(job["spec"].get("qos") or associations.DEFAULT_QOS)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from spur_hpc.controller import eligibility, limits, partitions, placement
+from spur_hpc.controller.associations import DEFAULT_QOS
 from spur_hpc.model import PENDING, RUNNING, TOP_PRIORITY, parse_array_ranges
 
 TYPE_CHECKING = False
@@ -28,12 +29,12 @@ if TYPE_CHECKING:
     from spur_hpc.controller.state import ClusterState
 
 
-def pending_in_order(s: ClusterState, parts: Any = None) -> list[int]:
+def pending_in_order(s: ClusterState, parts: Any = None, levels: Mapping[str, int] | None = None) -> list[int]:
     """Pending jobs in the order the scheduler considers them: the jobs of a higher partition PriorityTier first,
     then by priority (submission order, lowered by --nice; see order_key)."""
     return sorted(
         (j for j, job in s.jobs.items() if job["state"] == PENDING),
-        key=lambda j: (-_tier(parts, placement.job_partition(s.jobs[j]["spec"])), *order_key(s.jobs[j])),
+        key=lambda j: (-_tier(parts, placement.job_partition(s.jobs[j]["spec"])), *order_key(s.jobs[j], levels)),
     )
 
 
@@ -41,13 +42,16 @@ def _tier(parts: Any, partition: str) -> int:
     return parts.tier(partition) if parts is not None else 1
 
 
-def order_key(job: dict[str, Any]) -> tuple[int, int]:
-    """The higher priority first (state.py gives each job Slurm's priority/basic one: submission order, lowered by
-    --nice), then the lower job id. A record written before priorities existed ranks as the first ones did."""
+def order_key(job: dict[str, Any], levels: Mapping[str, int] | None = None) -> tuple[int, int, int]:
+    """Under qos_priority preemption, a QOS of a higher preemption rank first (`levels`, preemption.preempt_levels:
+    a job that may preempt another is planned before it, as Slurm sorts its queue); then the higher priority
+    (state.py gives each job Slurm's priority/basic one: submission order, lowered by --nice), then the lower job
+    id. A record written before priorities existed ranks as the first ones did."""
     priority = job.get("priority")
     if priority is None:
         priority = TOP_PRIORITY - int(job["spec"].get("nice") or 0)
-    return (-int(priority), job["job_id"])
+    level = levels.get(job["spec"].get("qos") or DEFAULT_QOS, 0) if levels else 0
+    return (-level, -int(priority), job["job_id"])
 
 
 # Records that change no job (every other op without a job_id makes the index look at every job again).
@@ -69,11 +73,15 @@ class JobIndex:
         self._seen = 0  # records noted since
         self._touched: set[int] = set()
         self._rebuild = True
-        self._key: dict[int, tuple[str, tuple[int, int]]] = {}  # pending job -> (partition, order key)
-        self.queues: dict[str, list[tuple[int, int]]] = {}  # partition -> its pending jobs' order keys, sorted
+        self._key: dict[int, tuple[str, tuple[int, int, int]]] = {}  # pending job -> (partition, order key)
+        self.queues: dict[str, list[tuple[int, int, int]]] = {}  # partition -> its pending jobs' order keys, sorted
         self.running: set[int] = set()
         self.with_deadline: set[int] = set()  # pending jobs pending_ends must look at
         self.rebuilds = 0
+        # The QOS preemption ranks the order keys were made with, and where the next ones come from (the leader
+        # sets it: the ranks while [scheduler] preempt_type is qos_priority, else none); a change rebuilds.
+        self.levels_of: Callable[[ClusterState], Mapping[str, int]] | None = None
+        self._levels: Mapping[str, int] = {}
 
     def note(self, s: ClusterState, record: Any, result: Any) -> None:
         self._seen += 1
@@ -94,6 +102,9 @@ class JobIndex:
             self._rebuild = True
 
     def sync(self, s: ClusterState) -> JobIndex:
+        levels = self.levels_of(s) if self.levels_of is not None else {}
+        if levels is not self._levels and levels != self._levels:
+            self._levels, self._rebuild = levels, True
         if self._rebuild or s is not self._state or s.applied != self._applied + self._seen:
             self._build(s)
         else:
@@ -136,7 +147,7 @@ class JobIndex:
 
     def _add_pending(self, job_id: int, job: dict[str, Any], sort: bool) -> None:
         spec = job["spec"]
-        partition, key = placement.job_partition(spec), order_key(job)
+        partition, key = placement.job_partition(spec), order_key(job, self._levels)
         self._key[job_id] = (partition, key)
         queue = self.queues.setdefault(partition, [])
         if sort:
@@ -157,7 +168,7 @@ class JobIndex:
             tier, key, name, at = heapq.heappop(heap)
             if name in blocked:
                 continue
-            blocked_now = yield name, key[1]
+            blocked_now = yield name, key[-1]  # the job id
             if blocked_now is not None:
                 blocked.add(blocked_now)
                 yield None  # the value of send()

@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spur_hpc import joblimits, model
@@ -25,6 +25,7 @@ from spur_hpc.controller import (
     limits,
     partitions,
     placement,
+    preemption,
     priority,
     scheduler,
     wal,
@@ -103,6 +104,13 @@ class ControllerService:
         limits.configure(getattr(getattr(conf, "accounting", None), "enforce", ()))  # [accounting] enforce "limits"
         self.priority = priority.settings(conf)  # [scheduler] priority_* (controller/priority.py)
         self.preempt_type = getattr(getattr(conf, "scheduler", None), "preempt_type", "none")  # preemption.py
+
+    def plan_levels(self, s: ClusterState) -> Mapping[str, int]:
+        """The QOS preemption ranks the plan orders the queue by (scheduler.order_key): none unless preempt_type
+        is qos_priority."""
+        if self.preempt_type != preemption.QOS_PRIORITY or s.assoc is None:
+            return {}
+        return preemption.preempt_levels(s.assoc)
 
     # -------------------------------------------------------------- the write path
 
@@ -670,9 +678,11 @@ class ControllerService:
         if not pending:
             return {}
         wanted = {j["job_id"] for j in pending}
-        queues: dict[str, list[tuple[tuple[int, int], int]]] = {}  # partition -> (order key, job id), a heap
+        queues: dict[str, list[tuple[tuple[int, int, int], int]]] = {}  # partition -> (order key, job id), a heap
+        levels = self.plan_levels(s)  # the leader's order (under qos_priority, preemptors first)
         for j in pending:
-            queues.setdefault(placement.job_partition(j["spec"]), []).append((scheduler.order_key(j), j["job_id"]))
+            key = scheduler.order_key(j, levels)
+            queues.setdefault(placement.job_partition(j["spec"]), []).append((key, j["job_id"]))
         asked = {part: len(entries) for part, entries in queues.items()}  # the wanted jobs of each partition
         if not whole_queue:
             last = {part: max(entries)[0] for part, entries in queues.items()}
@@ -680,7 +690,7 @@ class ControllerService:
                 if j["state"] != PENDING or j["job_id"] in wanted:
                     continue
                 part = placement.job_partition(j["spec"])
-                if part in last and (key := scheduler.order_key(j)) < last[part]:
+                if part in last and (key := scheduler.order_key(j, levels)) < last[part]:
                     queues[part].append((key, j["job_id"]))
         shown: dict[int, dict[str, Any]] = {}
         blocked = memo.setdefault("placement_blocked", set())  # placement.queue_reason's, shared
