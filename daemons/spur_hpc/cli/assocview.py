@@ -252,47 +252,99 @@ def lines(columns: list[Field], rows: list[dict[str, Any]], header: bool, parsab
 INHERITED = ("max_jobs", "max_submit_jobs", "max_wall_secs", "max_tres_per_job", "priority", "qos", "default_qos")
 
 
-def chain(found: dict[str, Any], assoc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The association, then its account's own association and every ancestor account's, nearest first."""
-    by_account = {a["account"]: a for a in found["associations"] if not a["user"]}
-    parents = {a["name"]: a["parent"] for a in found["accounts"]}
-    rows, seen = [assoc], set()
-    account = assoc["account"] if assoc["user"] else parents.get(assoc["account"], "")
-    while account and account not in seen:
-        seen.add(account)
-        if account in by_account:
-            rows.append(by_account[account])
-        account = parents.get(account, "")
-    return rows
+class Tables:
+    """ListAssociations' reply (as plain dicts) indexed once: a listing of 100,000 associations looks each one's
+    account, user and ancestors up by name, never by a scan."""
+
+    def __init__(self, found: dict[str, Any]) -> None:
+        self.found = found
+        self.accounts = {a["name"]: a for a in found["accounts"]}
+        self.users = {u["name"]: u for u in found["users"]}
+        self.own = {a["account"]: a for a in found["associations"] if not a["user"]}  # each account's own
+        self.shown: dict[str, dict[str, Any]] = {}  # account -> account_values()
+        self.depths: dict[str, int] = {}
+        self.of_user: dict[str, list[dict[str, Any]]] = {}
+        self.of_account: dict[str, list[dict[str, Any]]] = {}  # users' associations in each account
+        for a in found["associations"]:
+            if a["user"]:
+                self.of_user.setdefault(a["user"], []).append(a)
+                self.of_account.setdefault(a["account"], []).append(a)
+
+    def parent(self, account: str) -> str:
+        return self.accounts.get(account, {}).get("parent", "")
+
+    def account_values(self, account: str) -> dict[str, Any]:
+        """What the account's own association shows of INHERITED (its own, else its parent's), worked out once
+        per account: the walk up is iterative and remembered, so a deep tree costs each account one step."""
+        if account in self.shown:
+            return self.shown[account]
+        pending, at, seen = [], account, set()
+        while at and at not in self.shown and at not in seen:
+            seen.add(at)
+            pending.append(at)
+            at = self.parent(at)
+        above = self.shown.get(at, NOTHING_SET) if at else NOTHING_SET
+        for name in reversed(pending):
+            own = self.own.get(name)
+            above = merged_values(own, above) if own is not None else above
+            self.shown[name] = above
+        return self.shown[account]
+
+    def depth(self, account: str) -> int:
+        """How many accounts are above this one (root: 0)."""
+        if account not in self.depths:
+            pending, at, seen = [], account, set()
+            while at and at not in self.depths and at not in seen:
+                seen.add(at)
+                pending.append(at)
+                at = self.parent(at)
+            base = self.depths.get(at, -1) if at else -1
+            for name in reversed(pending):
+                base += 1
+                self.depths[name] = base
+        return self.depths[account]
 
 
-def shown_value(rows: list[dict[str, Any]], name: str) -> Any:
-    """The nearest setting of `name` in the chain (TRES maps: per TRES)."""
-    if name == "max_tres_per_job":
-        merged: dict[str, int] = {}
-        for row in reversed(rows):
-            merged.update(row.get(name) or {})
-        return merged
-    for row in rows:
+NOTHING_SET: dict[str, Any] = {
+    "max_jobs": NO_LIMIT, "max_submit_jobs": NO_LIMIT, "max_wall_secs": NO_LIMIT, "max_tres_per_job": {},
+    "priority": NO_LIMIT, "qos": [], "default_qos": "",
+}  # fmt: skip
+
+
+def is_set(name: str, value: Any) -> bool:
+    return value not in (None, "", [], NO_LIMIT) and not (name == "priority" and value == 0)
+
+
+def merged_values(row: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
+    """INHERITED as `row` shows them: its own where set, else what is above it (TRES maps: per TRES)."""
+    out = {}
+    for name in INHERITED:
         value = row.get(name)
-        if value not in (None, "", [], NO_LIMIT, 0 if name == "priority" else NO_LIMIT):
-            return value
-    return [] if name == "qos" else "" if name == "default_qos" else NO_LIMIT
+        if name == "max_tres_per_job":
+            out[name] = {**above[name], **(value or {})}
+        else:
+            out[name] = value if is_set(name, value) else above[name]
+    return out
 
 
-def assoc_row(found: dict[str, Any], assoc: dict[str, Any]) -> dict[str, Any]:
+def assoc_row(tables: Tables, assoc: dict[str, Any]) -> dict[str, Any]:
     """An association's values for the table, with what sacctmgr shows of its user and account."""
-    account = next((a for a in found["accounts"] if a["name"] == assoc["account"]), {})
-    user = next((u for u in found["users"] if u["name"] == assoc["user"]), {})
-    rows = chain(found, assoc)
+    account = tables.accounts.get(assoc["account"], {})
+    user = tables.users.get(assoc["user"], {})
+    if assoc["user"]:
+        above = tables.account_values(assoc["account"]) if assoc["account"] in tables.accounts else NOTHING_SET
+        shown, depth = merged_values(assoc, above), tables.depth(assoc["account"]) + 1
+    else:
+        shown, depth = tables.account_values(assoc["account"]), tables.depth(assoc["account"])
     return {
         **assoc,
-        **{name: shown_value(rows, name) for name in INHERITED},
+        **shown,
         "parent_name": "" if assoc["user"] else assoc.get("parent_account", ""),
         "description": account.get("description", ""),
         "organization": account.get("organization", ""),
         "default_account": user.get("default_account", ""),
         "admin_level": user.get("admin_level", ""),
+        "depth": depth,  # how far below root (`show assoc tree` indents by it)
     }
 
 
@@ -308,39 +360,26 @@ def zeroed_row(user: dict[str, Any]) -> dict[str, Any]:
     return {"user": user["name"], "admin_level": user["admin_level"], "zeroed": True}
 
 
-def depth(found: dict[str, Any], assoc: dict[str, Any]) -> int:
-    """How far below root an association sits (`show assoc tree` indents the account by one space a level)."""
-    return len(chain(found, assoc)) - 1
-
-
-def tree_order(found: dict[str, Any], assocs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tree_order(tables: Tables, assocs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Slurm's hierarchical order: an account's own association, its users' (by name), then its child accounts
     (by name), each followed by what is below it."""
     wanted = {id(a) for a in assocs}
-    users_of: dict[str, list[dict[str, Any]]] = {}
-    own: dict[str, dict[str, Any]] = {}
-    for a in found["associations"]:
-        if a["user"]:
-            users_of.setdefault(a["account"], []).append(a)
-        else:
-            own[a["account"]] = a
     children: dict[str, list[str]] = {}
-    for acct in found["accounts"]:
-        children.setdefault(acct["parent"], []).append(acct["name"])
+    for name, acct in tables.accounts.items():
+        children.setdefault(acct["parent"], []).append(name)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-
-    def walk(account: str) -> None:
-        if account in seen:
-            return
-        seen.add(account)
-        if account in own:
-            out.append(own[account])
-        out.extend(sorted(users_of.get(account, []), key=lambda a: (a["user"], a["partition"])))
-        for child in sorted(children.get(account, [])):
-            walk(child)
-
-    walk("root")
-    for acct in sorted(a["name"] for a in found["accounts"]):  # an account cut off from root still shows
-        walk(acct)
+    # an account cut off from root (a broken parent link) still shows, after the tree
+    starts = ["root", *sorted(tables.accounts)]
+    for start in starts:
+        stack = [start]  # depth first without recursion: a tree may be thousands of accounts deep
+        while stack:
+            account = stack.pop()
+            if account in seen:
+                continue
+            seen.add(account)
+            if account in tables.own:
+                out.append(tables.own[account])
+            out.extend(sorted(tables.of_account.get(account, []), key=lambda a: (a["user"], a["partition"])))
+            stack.extend(sorted(children.get(account, []), reverse=True))
     return [a for a in out if id(a) in wanted]

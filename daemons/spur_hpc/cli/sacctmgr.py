@@ -20,6 +20,7 @@ from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from typing import Any
 
 PROGRAM = "sacctmgr"
@@ -114,11 +115,13 @@ def key_of(word: str) -> tuple[str, str, str]:
 
 
 def entity_of(word: str, verb: str) -> str:
-    lower = word.lower().rstrip("s") if word.lower() not in ("qos", "stats") else word.lower()
-    for name, shortest in ENTITIES:
-        if len(lower) >= shortest and name.startswith(lower):
-            return name
-    if lower in OTHER_ENTITIES or lower + "s" in OTHER_ENTITIES:
+    """account, association, cluster, qos or user from any prefix sacctmgr takes (a plural too)."""
+    lower = word.lower()
+    for candidate in (lower, lower.removesuffix("s")):
+        for name, shortest in ENTITIES:
+            if len(candidate) >= shortest and name.startswith(candidate):
+                return name
+    if lower in OTHER_ENTITIES or lower.removesuffix("s") in OTHER_ENTITIES:
         raise CliError(f"Spur keeps no {word}; sacctmgr here works on account, association, cluster, qos and user")
     listed = "list" if verb == "show" else verb
     raise SlurmMessage(f"No valid entity in {listed} command\n{NO_ENTITY}")
@@ -174,7 +177,7 @@ def parse_command(words: list[str]) -> Command:
 # ------------------------------------------------------------------ show
 
 
-def matches(values: list[str], value: str) -> bool:
+def matches(values: Collection[str], value: str) -> bool:
     return not values or value in values
 
 
@@ -189,11 +192,12 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
         if key not in CONDITIONS[cmd.entity]:
             raise SlurmMessage(f" Unknown condition: {cmd.typed.get(key, printable(key + '=' + cmd.where[key]))}")
     found = protocodec.to_jsonable(client.call("ListAssociations", {}), "ListAssociationsReply")
-    where = {k: split(v) for k, v in cmd.where.items()}
-    names = cmd.names
+    tables = assocview.Tables(found)
+    where = {k: set(split(v)) for k, v in cmd.where.items()}  # sets: a listing may name thousands
+    names = set(cmd.names)
     entity = cmd.entity
     if entity == "account":
-        names = names + where.get("account", [])
+        names |= where.get("account", set())
         parents = where.get("parent", [])
         accounts = sorted(
             (a for a in found["accounts"] if matches(names, a["name"]) and matches(parents, a["parent"])),
@@ -205,13 +209,13 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
         else:
             rows = []
             for account in accounts:
-                own = [x for x in found["associations"] if x["account"] == account["name"]]
                 # the account's own association, then its users' newest first (slurmdbd's lft order)
-                own.sort(key=lambda x: (x["user"] != "", -x["id"]))
-                rows += [{**assocview.assoc_row(found, x), **account, "account": x["account"]} for x in own]
+                own = [tables.own[account["name"]]] if account["name"] in tables.own else []
+                own += sorted(tables.of_account.get(account["name"], []), key=lambda x: -x["id"])
+                rows += [{**assocview.assoc_row(tables, x), **account, "account": x["account"]} for x in own]
             default = assocview.ACCOUNT_ASSOC_FORMAT
     elif entity == "user":
-        names = names + where.get("user", [])
+        names |= where.get("user", set())
         users = sorted((u for u in found["users"] if matches(names, u["name"])), key=lambda u: u["name"])
         users = [u for u in users if matches(where.get("defaultaccount", []), u["default_account"])]
         if not cmd.withassoc:
@@ -222,17 +226,16 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
             for user in users:
                 mine = [
                     x
-                    for x in found["associations"]
-                    if x["user"] == user["name"]
-                    and matches(where.get("account", []), x["account"])
+                    for x in tables.of_user.get(user["name"], [])
+                    if matches(where.get("account", []), x["account"])
                     and matches(where.get("partition", []), x["partition"])
                 ]
-                rows += [assocview.assoc_row(found, x) for x in sorted(mine, key=lambda x: x["id"])]
+                rows += [assocview.assoc_row(tables, x) for x in sorted(mine, key=lambda x: x["id"])]
                 if not mine and ("account" in where or "partition" in where):
                     rows.append(assocview.zeroed_row(user))
             default = assocview.USER_ASSOC_FORMAT
     elif entity == "association":
-        users = names + where.get("user", []) + where.get("name", [])
+        users = names | where.get("user", set()) | where.get("name", set())
         picked = [
             x
             for x in found["associations"]
@@ -243,14 +246,14 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
             and matches(where.get("id", []), str(x["id"]))
         ]
         by_id = users and not cmd.tree
-        ordered = sorted(picked, key=lambda x: x["id"]) if by_id else assocview.tree_order(found, picked)
-        rows = [assocview.assoc_row(found, x) for x in ordered]
+        ordered = sorted(picked, key=lambda x: x["id"]) if by_id else assocview.tree_order(tables, picked)
+        rows = [assocview.assoc_row(tables, x) for x in ordered]
         if cmd.tree:
             for row in rows:
-                row["account"] = " " * assocview.depth(found, row) + row["account"]
+                row["account"] = " " * row["depth"] + row["account"]
         default = assocview.ASSOC_FORMAT
     elif entity == "qos":
-        names = names + where.get("name", [])
+        names |= where.get("name", set())
         rows = [
             q
             for q in sorted(found["qos"], key=lambda q: q["id"])
@@ -259,7 +262,7 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
         default = assocview.QOS_FORMAT
     else:
         rows = [cluster_row(client, found)]
-        if not matches(names + where.get("name", []) + where.get("cluster", []), rows[0]["cluster"]):
+        if not matches(names | where.get("name", set()) | where.get("cluster", set()), rows[0]["cluster"]):
             rows = []
         default = assocview.CLUSTER_FORMAT
     columns = assocview.fields(cmd.format or [default])
@@ -451,7 +454,8 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
             raise SlurmMessage(" Need name of user to add.")
         if not accounts:
             raise SlurmMessage(" Need name of account to add user to.")
-        missing = next((a for a in accounts if a not in {x["name"] for x in found["accounts"]}), None)
+        known_accounts = {x["name"] for x in found["accounts"]}
+        missing = next((a for a in accounts if a not in known_accounts), None)
         if missing is not None:
             raise SlurmMessage(
                 f" This account '{printable(missing)}' doesn't exist.\n"
