@@ -299,3 +299,20 @@ def test_without_a_command_it_reads_commands_from_stdin(store_client, capsys, mo
     listing = "sacctmgr: show qos format=name\n      Name \n---------- \n    normal \n      high \n"
     assert listing + "sacctmgr: bogus\n" in out
     assert out.endswith("sacctmgr: quit\n") and err == "invalid keyword: bogus\n"
+
+
+def test_on_a_terminal_one_key_answers_without_enter():
+    import pty
+    import subprocess
+    import sys
+
+    code = "from spur_hpc.cli import sacctmgr; import sys; sys.exit(0 if sacctmgr.ask() else 3)"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while b"(N/y): " not in seen:
+        seen += os.read(leader, 1024)
+    os.write(leader, b"y")  # no newline: canonical mode would hold it back
+    assert proc.wait(timeout=10) == 0
+    os.close(leader)

@@ -550,21 +550,50 @@ def ask(stdin_fd: int | None = None, patience: float = ANSWER_SECS) -> bool:
 
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     print(QUESTION)
-    char = ""
-    while char not in ("y", "Y", "n", "N", "\n"):
-        if char:
-            print("Y or N please")
-        print("(N/y): ", end="", flush=True)
-        ready, _, _ = select.select([fd], [], [], patience)
-        if not ready:
-            print("timeout")
-            return False
-        data = os.read(fd, 1)
-        print()
-        if not data:
-            return False
-        char = data.decode("latin-1")
+    with single_keys(fd):
+        char = ""
+        while char not in ("y", "Y", "n", "N", "\n"):
+            if char:
+                print("Y or N please")
+            print("(N/y): ", end="", flush=True)
+            ready, _, _ = select.select([fd], [], [], patience)
+            if not ready:
+                print("timeout")
+                return False
+            data = os.read(fd, 1)
+            print()
+            if not data:
+                return False
+            char = data.decode("latin-1")
     return char in ("y", "Y")
+
+
+class single_keys:  # noqa: N801 (a context manager read as a phrase: `with single_keys(fd)`)
+    """On a terminal, a key answers without Enter (Slurm's _nonblock turns canonical mode off); restored after."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.saved: list | None = None
+
+    def __enter__(self) -> None:
+        if not os.isatty(self.fd):
+            return
+        import termios
+
+        try:
+            self.saved = termios.tcgetattr(self.fd)
+            changed = termios.tcgetattr(self.fd)
+            changed[3] &= ~termios.ICANON
+            changed[6][termios.VMIN] = 1
+            termios.tcsetattr(self.fd, termios.TCSANOW, changed)
+        except termios.error:
+            self.saved = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            import termios
+
+            termios.tcsetattr(self.fd, termios.TCSANOW, self.saved)
 
 
 def change(client: Any, cmd: Command, immediate: bool, readonly: bool) -> int:
