@@ -233,6 +233,8 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
                 rows += [assocview.assoc_row(tables, x) for x in sorted(mine, key=lambda x: x["id"])]
                 if not mine and ("account" in where or "partition" in where):
                     rows.append(assocview.zeroed_row(user))
+                elif not tables.of_user.get(user["name"]):  # a user with no association left: its own fields
+                    rows.append({**user, "user": user["name"]})
             default = assocview.USER_ASSOC_FORMAT
     elif entity == "association":
         users = names | where.get("user", set()) | where.get("name", set())
