@@ -9,6 +9,7 @@ characters and a '+'; the titles are only cut; -p/-P separate the values with '|
 
 from __future__ import annotations
 
+from spur_hpc.assocwords import INHERITED
 from spur_hpc.cli import units
 from spur_hpc.cli.runner import CliError, printable
 
@@ -249,7 +250,6 @@ def lines(columns: list[Field], rows: list[dict[str, Any]], header: bool, parsab
 # What an association shows of its ancestors' settings when it has none of its own: slurmdbd copies a parent's
 # Max* limits, Priority and QOS into every association below it (and again when the parent's change); Grp* limits
 # and shares stay each association's own.
-INHERITED = ("max_jobs", "max_submit_jobs", "max_wall_secs", "max_tres_per_job", "priority", "qos", "default_qos")
 
 
 class Tables:

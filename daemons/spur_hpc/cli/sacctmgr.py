@@ -2,7 +2,7 @@
 
 `sacctmgr [-i] [-n] [-p|-P] [-s] VERB ENTITY [NAMES] [where KEY=VALUE ...] [set KEY=VALUE ...] [format=...]`.
 show/list read ListAssociations and print in cli/assocview; add/modify/delete go to the leader's
-ModifyAssociations (controller/assocplan.py plans them). Without -i a change is first asked for as a dry run,
+ModifyAssociations (controller/assocwords.py plans them). Without -i a change is first asked for as a dry run,
 printed, and committed only when the user answers y to Slurm's question (30 seconds; anything but y, a closed
 stdin or the timeout discards it). What sacctmgr prints about an add is worked out here, as Slurm's client does;
 what a modify or delete changed is the leader's list (one line per object). tests/golden/slurm-22.05-accounts
@@ -295,15 +295,15 @@ def cluster_row(client: Any, found: dict[str, Any]) -> dict[str, Any]:
 
 
 def settable_keys(entity: str) -> set[str]:
-    """The keys `set` (and add's bare KEY=VALUE) takes for an entity: the store's tables (controller/assocplan)."""
-    from spur_hpc.controller import assocplan
+    """The keys `set` (and add's bare KEY=VALUE) takes for an entity: the store's tables (assocwords)."""
+    from spur_hpc import assocwords
 
-    assoc = set(assocplan.ASSOC_KEYS)
+    assoc = set(assocwords.ASSOC_KEYS)
     if entity == "qos":
-        return set(assocplan.QOS_KEYS)
+        return set(assocwords.QOS_KEYS)
     if entity == "account":
-        return assoc | set(assocplan.ACCOUNT_KEYS) | {"parent", "cluster"}
-    return assoc | set(assocplan.USER_KEYS) | {"account", "partition", "cluster"}
+        return assoc | set(assocwords.ACCOUNT_KEYS) | {"parent", "cluster"}
+    return assoc | set(assocwords.USER_KEYS) | {"account", "partition", "cluster"}
 
 
 def check_keys(cmd: Command) -> None:
@@ -375,7 +375,7 @@ def request(cmd: Command, dry_run: bool) -> dict[str, Any]:
 
 def limit_lines(settings: dict[str, str], parent: bool) -> list[str]:
     """An association's settings as sacctmgr_print_assoc_limits prints them, in its order (-1: NONE)."""
-    from spur_hpc.controller import assocplan
+    from spur_hpc import assocwords
 
     order = (
         ("fairshare", "Fairshare    "), ("shares", "Fairshare    "), ("grpjobs", "GrpJobs      "),
@@ -389,15 +389,15 @@ def limit_lines(settings: dict[str, str], parent: bool) -> list[str]:
     for key, label in order:
         if key not in settings or (key == "parent" and not parent):
             continue
-        out.append(f"  {label} = {setting_text(key, settings[key], assocplan)}")
+        out.append(f"  {label} = {setting_text(key, settings[key], assocwords)}")
     return out
 
 
-def setting_text(key: str, value: str, assocplan: Any) -> str:
+def setting_text(key: str, value: str, assocwords: Any) -> str:
     if value == "-1":
         return "NONE"
     if key in ("grptres", "maxtresperjob", "maxtres", "maxtresperuser", "maxtrespu"):
-        return assocview.tres_text(assocplan.parse_tres(key, value, {}))
+        return assocview.tres_text(assocwords.parse_tres(key, value, {}))
     if key in ("maxwall", "maxwalldurationperjob"):
         from spur_hpc import model
 
@@ -427,7 +427,7 @@ QOS_LIMITS = (
 def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
     """What sacctmgr prints about an add before it commits (or asks): the new objects, their settings, the new
     associations; Slurm's refusals for what it checks itself."""
-    from spur_hpc.controller import assocplan
+    from spur_hpc import assocwords
 
     cluster = found["cluster"]
     if cmd.entity == "account":
@@ -447,7 +447,7 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
         out.append(f"  Description     = {cmd.set.get('description') or 'Account Name'}")
         out.append(f"  Organization    = {cmd.set.get('organization') or 'Parent/Account Name'}")
         out.append(" Associations")
-        out += [f"  {assocplan.assoc_line(cluster, {'account': n, 'user': '', 'partition': ''}, 'add')}" for n in new]
+        out += [f"  {assocwords.assoc_line(cluster, {'account': n, 'user': '', 'partition': ''}, 'add')}" for n in new]
         limits = limit_lines(cmd.set, parent=True)
         return out + ([" Settings", *limits] if limits else [])
     if cmd.entity == "user":
@@ -483,7 +483,7 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
                 out += [" Settings =", f"  Default Account = {cmd.set.get('defaultaccount') or accounts[0]}"]
                 if "adminlevel" in cmd.set:
                     out.append(f"  Admin Level     = {admin_word(cmd.set['adminlevel'])}")
-        out += [" Associations =", *(f"  {assocplan.assoc_line(cluster, a, 'add')}" for a in assocs)]
+        out += [" Associations =", *(f"  {assocwords.assoc_line(cluster, a, 'add')}" for a in assocs)]
         return out + [" Non Default Settings", *limit_lines(cmd.set, parent=False)]
     if not cmd.names:
         raise SlurmMessage(" Need name of qos to add.")
@@ -495,14 +495,14 @@ def add_lines(cmd: Command, found: dict[str, Any]) -> list[str]:
     out.append(f"  Description    = {cmd.set.get('description') or new[0]}")
     for key, label in QOS_LIMITS:
         if key in cmd.set:
-            out.append(f"  {label} = {setting_text(key, cmd.set[key], assocplan)}")
+            out.append(f"  {label} = {setting_text(key, cmd.set[key], assocwords)}")
     return out
 
 
 def admin_word(text: str) -> str:
-    from spur_hpc.controller import assocplan
+    from spur_hpc import assocwords
 
-    return assocplan.ADMIN_WORDS.get(text.lower(), text)
+    return assocwords.ADMIN_WORDS.get(text.lower(), text)
 
 
 def change_lines(cmd: Command, affected: list[str]) -> list[str]:

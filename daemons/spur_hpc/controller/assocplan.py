@@ -13,10 +13,24 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from typing import Any
 
 from spur_hpc import model
+from spur_hpc.assocwords import (  # noqa: F401 (re-exported: the service and the tests read them from here)
+    ACCOUNT_KEYS,
+    ADMIN_WORDS,
+    ALIASES,
+    ASSOC_KEYS,
+    INHERITED,
+    QOS_KEYS,
+    TRES_NAMES,
+    USER_KEYS,
+    PlanError,
+    assoc_line,
+    parse_tres,
+)
+from spur_hpc.assocwords import shown as _show
+from spur_hpc.assocwords import whole_number as _int
 from spur_hpc.controller import associations as A
 
 MAX_NAME = 64  # account, user, QOS and partition names (Slurm keeps them in tinytext columns)
@@ -25,7 +39,6 @@ MAX_NAMES = 1_000  # objects one request may name
 MAX_VALUE = 4_096  # any one value as sent
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-ADMIN_WORDS = {"none": "None", "operator": "Operator", "admin": "Administrator", "administrator": "Administrator"}
 PREEMPT_MODES = ("off", "cancel", "requeue")
 # QOS Flags sacctmgr takes (Slurm's names); kept as written here, whatever the case the user typed.
 QOS_FLAGS = (
@@ -40,72 +53,13 @@ QOS_FLAGS = (
     "RequiresReservation",
     "UsageFactorSafe",
 )
-TRES_NAMES = ("cpu", "mem", "node", "billing")  # and gres/NAME
-_MEMORY_SHIFTS = {"K": -10, "M": 0, "G": 10, "T": 20}  # as cli/units.parse_memory_mb (the controller cannot import cli)
-
-# sacctmgr's keys (and the spellings it also takes) -> the row field; kinds say how the value parses.
-ASSOC_KEYS = {
-    "fairshare": ("shares", "shares"),
-    "shares": ("shares", "shares"),
-    "grptres": ("grp_tres", "tres"),
-    "grpjobs": ("grp_jobs", "count"),
-    "grpsubmitjobs": ("grp_submit_jobs", "count"),
-    "grpsubmit": ("grp_submit_jobs", "count"),
-    "maxjobs": ("max_jobs", "count"),
-    "maxsubmitjobs": ("max_submit_jobs", "count"),
-    "maxsubmit": ("max_submit_jobs", "count"),
-    "maxwall": ("max_wall_secs", "wall"),
-    "maxwalldurationperjob": ("max_wall_secs", "wall"),
-    "maxtresperjob": ("max_tres_per_job", "tres"),
-    "maxtres": ("max_tres_per_job", "tres"),
-    "qos": ("qos", "qoslist"),
-    "qoslevel": ("qos", "qoslist"),
-    "defaultqos": ("default_qos", "qosname"),
-    "priority": ("priority", "priority"),
-}
-QOS_KEYS = {
-    "description": ("description", "text"),
-    "priority": ("priority", "priority"),
-    "preempt": ("preempt", "qoslist"),
-    "preemptmode": ("preempt_mode", "preemptmode"),
-    "grptres": ("grp_tres", "tres"),
-    "grpjobs": ("grp_jobs", "count"),
-    "grpsubmitjobs": ("grp_submit_jobs", "count"),
-    "grpsubmit": ("grp_submit_jobs", "count"),
-    "maxjobsperuser": ("max_jobs_per_user", "count"),
-    "maxjobspu": ("max_jobs_per_user", "count"),
-    "maxsubmitjobsperuser": ("max_submit_jobs_per_user", "count"),
-    "maxsubmitjobspu": ("max_submit_jobs_per_user", "count"),
-    "maxwall": ("max_wall_secs", "wall"),
-    "maxwalldurationperjob": ("max_wall_secs", "wall"),
-    "maxtresperjob": ("max_tres_per_job", "tres"),
-    "maxtrespj": ("max_tres_per_job", "tres"),
-    "maxtresperuser": ("max_tres_per_user", "tres"),
-    "maxtrespu": ("max_tres_per_user", "tres"),
-    "usagefactor": ("usage_factor", "factor"),
-    "flags": ("flags", "flags"),
-}
-ACCOUNT_KEYS = {"description": "description", "organization": "organization"}
-USER_KEYS = {"defaultaccount": "default_account", "adminlevel": "admin_level"}
 # What `where` may select on, per entity (sacctmgr's condition keys Spur keeps).
 WHERE_KEYS = {
     "account": {"name", "names", "account", "accounts", "cluster", "clusters", "parent"},
     "user": {"name", "names", "user", "users", "account", "accounts", "partition", "cluster", "clusters"},
     "qos": {"name", "names", "cluster", "clusters"},
 }
-# The association fields a child takes from its parent when it sets none itself (Slurm's Max*, Priority, QOS and
-# DefQOS; Grp limits count the jobs below them instead, and Fairshare is each association's own).
-INHERITED = ("max_jobs", "max_submit_jobs", "max_wall_secs", "max_tres_per_job", "qos", "default_qos", "priority")
-# The other spellings sacctmgr takes, left out of the lists a refusal names.
-ALIASES = frozenset(
-    {"shares", "names", "accounts", "users", "clusters", "grpsubmit", "maxsubmit", "maxwalldurationperjob", "maxtres"}
-    | {"qoslevel", "maxjobspu", "maxsubmitjobspu", "maxtrespj", "maxtrespu"}
-)
 VERBS = {"add": "add", "create": "add", "modify": "modify", "update": "modify", "delete": "delete", "remove": "delete"}
-
-
-class PlanError(ValueError):
-    """One line: what in the request is wrong, and how to fix it."""
 
 
 Plan = tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]
@@ -169,10 +123,6 @@ def plan_change(
 # ------------------------------------------------------------------ values
 
 
-def _show(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
 def _value(key: str, value: str) -> str:
     if len(key) > 64 or not key.rstrip("+-").replace("_", "").isalnum():
         raise PlanError(f"{_show(key)} is not a sacctmgr key; keys are letters such as maxjobs or grptres")
@@ -207,47 +157,6 @@ def _names(text: str, what: str, allow_empty: bool = False) -> list[str]:
     for part in parts:
         if part and check_name(part, what) not in out:
             out.append(part)
-    return out
-
-
-def _int(key: str, text: str, low: int, high: int) -> int:
-    if not re.fullmatch(r"-?[0-9]{1,19}", text):
-        raise PlanError(f"{key}={_show(text)} is not a whole number; use {low} to {high}")
-    value = int(text)
-    if not low <= value <= high:
-        raise PlanError(f"{key}={text} is out of range; use {low} to {high} (-1 clears it)")
-    return value
-
-
-def parse_tres(key: str, text: str, old: dict[str, int]) -> dict[str, int]:
-    """`cpu=4,mem=8G,gres/gpu=2` over the old map: mem in MB (K/M/G/T suffixes), -1 removes that TRES, a bare
-    -1 clears every one."""
-    if text in ("-1", ""):
-        return {}
-    out = dict(old)
-    for item in text.split(","):
-        name, sep, amount = item.strip().partition("=")
-        name = name.strip().lower()
-        if not sep or not amount:
-            raise PlanError(
-                f"{key}={_show(text)}: {_show(item)} is not TRES=COUNT; write it like cpu=4,mem=8G,gres/gpu=2"
-            )
-        gres = name.startswith("gres/") and re.fullmatch(r"gres/[a-z0-9_.-]{1,60}(:[a-z0-9_.-]{1,60})?", name)
-        if name not in TRES_NAMES and not gres:
-            raise PlanError(f"{key}=: unknown TRES {_show(name)}; use cpu, mem, node, billing or gres/NAME")
-        amount = amount.strip().upper()
-        if amount == "-1":
-            out.pop(name, None)
-            continue
-        shift = 0
-        if name == "mem":
-            amount = amount[:-1] if amount.endswith("B") and len(amount) > 1 else amount
-            if amount and amount[-1] in _MEMORY_SHIFTS:
-                shift, amount = _MEMORY_SHIFTS[amount[-1]], amount[:-1]
-        count = _int(f"{key}={name}", amount, 0, INT64_MAX >> 20)
-        out[name] = count << shift if shift >= 0 else -(-count >> -shift)
-    if len(out) > 64:
-        raise PlanError(f"{key}= names {len(out)} TRES; at most 64")
     return out
 
 
@@ -354,23 +263,6 @@ def _split_op(key: str) -> tuple[str, str]:
     if key.endswith(("+", "-")):
         return key[:-1], key[-1]
     return key, ""
-
-
-def assoc_line(cluster: str, row: dict[str, Any], style: str = "modify") -> str:
-    """An association as Slurm lists it after a change: "add" as sacctmgr prints what it adds, "modify" and
-    "delete" as slurmdbd names what it changed or removed (an account's own association: `A = acct of parent`)."""
-    account, user, partition = row["account"], row["user"], row["partition"]
-    if style == "add":
-        if not user:
-            return f"A = {account[:10]:<10} C = {cluster[:10]:<10}"
-        line = f"U = {user[:9]:<9} A = {account[:10]:<10} C = {cluster[:10]:<10}"
-        return line + (f" P = {partition[:10]:<10}" if partition else "")
-    if not user:
-        parent = row.get("parent_account") or ""
-        return f"C = {cluster:<10} A = {account} of {parent}" if parent else f"C = {cluster:<10} A = {account}"
-    width = 20 if style == "modify" else 10
-    line = f"C = {cluster:<10} A = {account:<{width}} U = {user:<9}"
-    return line + (f" P = {partition}" if partition else "")
 
 
 # ------------------------------------------------------------------ the planner
