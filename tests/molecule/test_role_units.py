@@ -127,7 +127,7 @@ SECTIONS = [
 PARTITIONS = [
     {"name": "debug", "nodes": "n[1-2]", "default": True, "max_time": 60, "default_time": "0:30:00"},
     {"name": "long", "nodes": "n[1-4]", "max_time": "INFINITE", "max_nodes": "4", "min_nodes": 1, "priority_tier": 2,
-     "state": "UP", "hidden": False, "priority_job_factor": None},
+     "state": "UP", "hidden": False, "priority_job_factor": None, "preempt_mode": "requeue"},
 ]  # fmt: skip
 
 
@@ -312,6 +312,7 @@ def test_the_controllers_partitions_are_tables_spurctld_loads(merged) -> None:
     assert (debug.nodes, debug.default, debug.max_time, debug.default_time) == ("n[1-2]", True, "60", "0:30:00")
     assert (long.max_time, long.max_nodes, long.min_nodes, long.priority_tier) == ("INFINITE", 4, 1, 2)
     assert long.priority_job_factor == 1, "a null key is left out, so spurctld's default holds"
+    assert (long.preempt_mode, debug.preempt_mode) == ("requeue", "off")
     assert report(merged["parts.new"])["changed"] == ["cluster", "controller", "log", "partitions"]
 
 
