@@ -45,6 +45,9 @@ TIME_LIMIT_GRACE_SECS = 60.0  # the supervisor enforces limits; the controller s
 PRIORITIES_PER_RECORD = 10_000
 # A running job its agent does not hold for this long (while not being launched) is an orphan.
 ORPHAN_GRACE_SECS = 15.0
+# A blocked job for which preemption found nothing to stop is looked at again after this long, not at every plan
+# (a plan runs at each submission, and the choice walks the running jobs on the nodes of the job's partition).
+PREEMPT_RETRY_SECS = 5.0
 
 
 class AgentClients:
@@ -96,6 +99,7 @@ class LeaderDuties:
         self.held_seen: set[tuple[int, int]] = set()
         self.missing_since: dict[tuple[int, int], float] = {}
         self.signalled: dict[tuple[int, int], float] = {}
+        self.preempt_quiet: dict[int, float] = {}  # blocked job -> when preemption may look for victims again
         self.was_leader = False
         self.next_priority_calc = 0.0  # monotonic time of the next priority/multifactor recalculation
         # Pending and running jobs kept from the applied records: a wake-up looks at what changed, not at
@@ -200,6 +204,7 @@ class LeaderDuties:
         self.launch_failures.clear()
         self.retry_after.clear()
         self.signalled.clear()
+        self.preempt_quiet.clear()
         self.held_seen.clear()
         self.missing_since.clear()
         self.next_priority_calc = 0.0  # a new leader recalculates at once
@@ -352,7 +357,13 @@ class LeaderDuties:
         victims preempted for it earlier are still ending (their cancel is on its way; the job starts when their
         end reports free the nodes). That is read from the records (a victim keeps preempted_by and its cancel's
         attempt), so a new leader does not preempt twice for one job either."""
-        parts, now_wall = self.service.partitions, self.service.clock()
+        parts, now_wall, now = self.service.partitions, self.service.clock(), time.monotonic()
+        blocked = set(blockers)
+        self.preempt_quiet = {j: t for j, t in self.preempt_quiet.items() if t > now and j in blocked}
+        wanted = [j for j in blockers if j not in self.preempt_quiet]
+        if not wanted:
+            return
+        found_none: list[int] = []
 
         def decide(s: Any) -> list[tuple[int, list[preemption.Victim]]]:
             ending: dict[int, set[int]] = {}  # preemptor -> its victims whose cancel has not ended them yet
@@ -363,7 +374,7 @@ class LeaderDuties:
             taken = set().union(*ending.values())
             free = placement.free_resources(s, now_wall, parts)
             decisions = []
-            for job_id in blockers:
+            for job_id in wanted:
                 job = s.jobs.get(job_id)
                 if job is None or job["state"] != PENDING or job_id in ending:
                     continue
@@ -371,9 +382,14 @@ class LeaderDuties:
                 if victims:
                     decisions.append((job_id, victims))
                     taken.update(v.job_id for v in victims)
+                else:
+                    found_none.append(job_id)
             return decisions
 
-        for job_id, victims in self.raft.read(decide):
+        decided = self.raft.read(decide)
+        self.preempt_quiet.update((j, now + PREEMPT_RETRY_SECS) for j in found_none)
+
+        for job_id, victims in decided:
             for victim in victims:
                 try:
                     result = self.service.write(
