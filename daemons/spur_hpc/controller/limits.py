@@ -26,6 +26,7 @@ from typing import Any
 
 from spur_hpc import model
 from spur_hpc.controller import associations, placement
+from spur_hpc.controller.tracking import JobTracker
 from spur_hpc.model import FINISHED_STATES, RUNNING, parse_array_ranges, per_node_cpus
 
 TYPE_CHECKING = False
@@ -391,48 +392,26 @@ _NO_JOB_OPS = frozenset(
 Group = tuple[str, str, str, str]  # (user, account, partition, QOS) of a job's spec
 
 
-class SubmitCounts:
+class SubmitCounts(JobTracker):
     """Pending and running jobs per (user, account, partition, QOS): what the submit limits count, kept from the
-    applied records as scheduler.JobIndex keeps its queues (not replicated: note() runs under the state lock right
-    after each record, SpurRaft.add_state_listener; groups(s), also under the lock, brings it up to s). Whenever it
-    cannot tell which jobs a record changed (a node failure, a purge, a snapshot loaded, a record it did not see) it
-    reads every job once instead, so unwired (a test's stand-in raft) it is a full count each time."""
+    applied records (controller/tracking.py); groups(s), under the state lock, brings it up to s. Unwired (a test's
+    stand-in raft) it is a full count each time."""
+
+    no_job_ops = _NO_JOB_OPS
 
     def __init__(self) -> None:
-        self._state: Any = None
-        self._applied = -1
-        self._seen = 0
-        self._touched: set[int] = set()
-        self._rebuild = True
+        super().__init__()
         self._of: dict[int, tuple[Group, int]] = {}
         self._groups: dict[Group, int] = {}
-        self.rebuilds = 0
-
-    def note(self, s: ClusterState, record: Any, result: Any) -> None:
-        self._seen += 1
-        if self._rebuild or s is not self._state:
-            self._rebuild = True
-            return
-        op = record.get("op") if isinstance(record, dict) else None
-        if op in _NO_JOB_OPS:
-            return
-        fields = (record.get("job_id"), record.get("array_job_id"), (result or {}).get("job_id"))
-        ids = [v for v in fields if isinstance(v, int)]
-        if not ids or op == "jobs_purge":
-            self._rebuild = True
-            return
-        for job_id in ids:
-            self._touched.add(job_id)
-            self._touched.update(s.array_tasks.get(job_id, ()))
 
     def groups(self, s: ClusterState) -> dict[Group, int]:
-        if self._rebuild or s is not self._state or s.applied != self._applied + self._seen:
-            self._state, self._rebuild, self._of, self._groups = s, False, {}, {}
+        if self.stale(s):
+            self.rebuilt(s)
+            self._of, self._groups = {}, {}
             for job_id in s.jobs:
                 self._add(s, job_id)
-            self.rebuilds += 1
         else:
-            for job_id in self._touched:
+            for job_id in self.touched():
                 old = self._of.pop(job_id, None)
                 if old is not None:
                     left = self._groups[old[0]] - old[1]
@@ -441,8 +420,7 @@ class SubmitCounts:
                     else:
                         del self._groups[old[0]]
                 self._add(s, job_id)
-        self._touched = set()
-        self._applied, self._seen = s.applied, 0
+        self.caught_up(s)
         return self._groups
 
     def _add(self, s: ClusterState, job_id: int) -> None:

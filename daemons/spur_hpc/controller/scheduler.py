@@ -22,6 +22,7 @@ from typing import Any
 
 from spur_hpc.controller import eligibility, limits, partitions, placement
 from spur_hpc.controller.associations import DEFAULT_QOS
+from spur_hpc.controller.tracking import JobTracker
 from spur_hpc.model import PENDING, RUNNING, TOP_PRIORITY, parse_array_ranges
 
 TYPE_CHECKING = False
@@ -60,62 +61,38 @@ _NO_JOB_OPS = frozenset({"member_announce", "set_wal_level", "step_create", "ste
 _REBUILD_AFTER = 20_000
 
 
-class JobIndex:
-    """The jobs a leader's duties look at, kept up to date from the applied records (not replicated: every
-    member builds its own from its state). note() runs under the state lock right after each record (see
-    SpurRaft.add_state_listener); sync(s), also under the lock, brings the index up to s. Whenever it cannot
-    tell what a record changed (a node op, a purge, a snapshot loaded, a record it did not see), it looks at
-    every job once instead."""
+class JobIndex(JobTracker):
+    """The jobs a leader's duties look at: the pending jobs of each partition in plan order, the running jobs and
+    the pending jobs with a deadline, kept up to date from the applied records (controller/tracking.py)."""
+
+    no_job_ops = _NO_JOB_OPS
+    rebuild_after = _REBUILD_AFTER
 
     def __init__(self) -> None:
-        self._state: Any = None
-        self._applied = -1  # s.applied when the index was last brought up to date
-        self._seen = 0  # records noted since
-        self._touched: set[int] = set()
-        self._rebuild = True
+        super().__init__()
         self._key: dict[int, tuple[str, tuple[int, int, int]]] = {}  # pending job -> (partition, order key)
         self.queues: dict[str, list[tuple[int, int, int]]] = {}  # partition -> its pending jobs' order keys, sorted
         self.running: set[int] = set()
         self.with_deadline: set[int] = set()  # pending jobs pending_ends must look at
-        self.rebuilds = 0
         # The QOS preemption ranks the order keys were made with, and where the next ones come from (the leader
         # sets it: the ranks while [scheduler] preempt_type is qos_priority, else none); a change rebuilds.
         self.levels_of: Callable[[ClusterState], Mapping[str, int]] | None = None
         self._levels: Mapping[str, int] = {}
 
-    def note(self, s: ClusterState, record: Any, result: Any) -> None:
-        self._seen += 1
-        if self._rebuild or s is not self._state:
-            self._rebuild = True
-            return
-        op = record.get("op") if isinstance(record, dict) else None
-        if op in _NO_JOB_OPS:
-            return
-        ids = [v for v in (record.get("job_id"), (result or {}).get("job_id")) if isinstance(v, int)]
-        if not ids or op == "jobs_purge":
-            self._rebuild = True
-            return
-        for job_id in ids:
-            self._touched.add(job_id)
-            self._touched.update(s.array_tasks.get(job_id, ()))  # an op on an array reaches its tasks
-        if len(self._touched) > _REBUILD_AFTER:
-            self._rebuild = True
-
     def sync(self, s: ClusterState) -> JobIndex:
         levels = self.levels_of(s) if self.levels_of is not None else {}
         if levels is not self._levels and levels != self._levels:
             self._levels, self._rebuild = levels, True
-        if self._rebuild or s is not self._state or s.applied != self._applied + self._seen:
+        if self.stale(s):
             self._build(s)
         else:
-            for job_id in self._touched:
+            for job_id in self.touched():
                 self._update(s, job_id)
-        self._touched = set()
-        self._applied, self._seen = s.applied, 0
+        self.caught_up(s)
         return self
 
     def _build(self, s: ClusterState) -> None:
-        self._state, self._rebuild = s, False
+        self.rebuilt(s)
         self._key, self.queues, self.running, self.with_deadline = {}, {}, set(), set()
         for job_id, job in s.jobs.items():
             if job["state"] == PENDING:
@@ -124,7 +101,6 @@ class JobIndex:
                 self.running.add(job_id)
         for queue in self.queues.values():
             queue.sort()
-        self.rebuilds += 1
 
     def _update(self, s: ClusterState, job_id: int) -> None:
         old = self._key.pop(job_id, None)
