@@ -162,6 +162,10 @@ class AccountingLink:
                 self.writer.close()  # another controller writes now; reconnect (and re-read) if we lead again
                 self.writer = None
             return
+        if self.settings is None and time.monotonic() - self.last_purge < PURGE_EVERY_SECS:
+            # no database to write to: the copy only feeds the purge, which is not due. (Copying 10,000 jobs
+            # under the state lock every second was 15 % of an idle leader's time and held up each squeue.)
+            return
         cluster_id, name, jobs = self._jobs()
         if not cluster_id:
             return
