@@ -135,20 +135,25 @@ class BriefJobList:
         self._entries: dict[int, tuple[tuple, bytes]] = {}
 
     def view(self, job: dict[str, Any]) -> tuple[int, tuple, bytes | None, dict[str, Any] | None]:
-        """Under the state lock: (job id, key, cached bytes) when the job is unchanged, else a copy of it."""
+        """Under the state lock: (job id, its cache entry, the cached bytes, None) when the job is unchanged, else
+        (job id, its key, None, a copy of it)."""
         key = _brief_key(job)
         entry = self._entries.get(job["job_id"])
         if entry is not None and entry[0] == key:
-            return job["job_id"], key, entry[1], None
+            return job["job_id"], entry, entry[1], None
         return job["job_id"], key, None, copy_job(job)
 
     def reply(self, views: list[tuple], whole_queue: bool) -> slurm_pb2.ListJobsReply:
         kept: dict[int, tuple[tuple, bytes]] = {} if whole_queue else self._entries
         parts = []
-        for job_id, key, data, job in views:
+        for job_id, key_or_entry, data, job in views:
             if data is None:
                 data = job_to_pb(job, brief=True, allocs=False).SerializeToString()
-            kept[job_id] = (key, data)
+                kept[job_id] = (key_or_entry, data)
+            else:
+                # the entry itself, not a new key and tuple: 20,000 objects a listing of 10,000 unchanged jobs
+                # would leave behind for the garbage collector, whose full passes then cost as much as the rest
+                kept[job_id] = key_or_entry
             parts.append(_JOBS_FIELD_TAG + _varint(len(data)))
             parts.append(data)
         if whole_queue:
