@@ -43,7 +43,10 @@ REPO = HERE.parents[1]
 CONSTRAINTS = HERE / "constraints.txt"
 CLIENT_VENV = REPO / ".venv-clients"
 CLIENT_PACKAGES = ("submitit", "dask-jobqueue", "distributed", "snakemake", "snakemake-executor-plugin-slurm")
-SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
+# every Slurm command Spur installs: a client must never reach Debian's by falling through PATH
+SLURM_COMMANDS = (
+    "sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sacctmgr", "sshare", "sprio",
+)  # fmt: skip
 VENV_BUILD_SECS = 900
 AGENTS = 2
 

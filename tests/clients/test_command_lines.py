@@ -184,6 +184,15 @@ def test_every_command_line_the_clients_send_is_accepted_and_does_what_slurm_doe
     check.run("snakemake", "scontrol show config")  # MaxArraySize, MinJobAge
     check.run("snakemake", "sinfo -o %P", lambda out: None if "*" in out else f"no default partition in {out!r}")
     check.run("snakemake", "which sacct")
+    # the account check the plugin runs when a workflow names an account (accounts.py validate_account); a new
+    # cluster's store holds the user root in the account root, and no other user
+    me = site.env["USER"]
+    mine = "root|normal\n" if me == "root" else ""
+    check.run("snakemake", f'sacctmgr -n -s list user "{me}" format=account%256',
+              lambda out: None if out.split() == mine.split("|")[:1] * bool(mine) else f"accounts {out!r}")  # fmt: skip
+    # Open OnDemand's job composer: the accounts and QOS a user may submit with
+    check.run("ondemand", f"sacctmgr -nP show users withassoc format=account,qos where user={me}",
+              lambda out: None if out == mine else f"{out!r}, not {mine!r}")  # fmt: skip
     common = (f"sbatch --parsable --job-name {RUN_NAME} --output {site.work}/snake/rule_x/%j.log --export=ALL "
               f"--comment rule_x   -p default -t 5 --mem 200 --ntasks=1 --cpus-per-task=1 -D {site.work}")  # fmt: skip
     (site.work / "snake" / "rule_x").mkdir(parents=True)
