@@ -267,7 +267,7 @@ def show(client: Any, cmd: Command, header: bool, parsable: str) -> list[str]:
         if not matches(names | where.get("name", set()) | where.get("cluster", set()), rows[0]["cluster"]):
             rows = []
         default = assocview.CLUSTER_FORMAT
-    columns = assocview.fields(cmd.format or [default])
+    columns = assocview.fields(cmd.format) or assocview.fields([default])  # format= names nothing: the default
     for column in columns:
         if cmd.tree and column.key == "account" and not column.sized:
             column.width = -20
