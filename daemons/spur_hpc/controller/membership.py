@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from spur_hpc.controller import errors
-from spur_hpc.controller.raft import SpurRaft
+from spur_hpc.controller.raft import SpurRaft, UnknownOutcomeError
 from spur_hpc.model import CONTROLLER_GRPC_PORT, RAFT_PORT, normalize_addr
 
 log = logging.getLogger("spurctld.membership")
@@ -48,6 +48,13 @@ class Membership:
         self.lock = threading.Lock()
         self.in_flight = ""  # what this leader is changing now, for RaftStatus
 
+    def _on_tick(self, fn: Callable[[], Any]) -> Any:
+        """fn on the Raft tick thread; a core that does not run it in time is UNAVAILABLE, not an internal error."""
+        try:
+            return self.raft.on_tick(fn)
+        except UnknownOutcomeError as exc:
+            raise errors.Unavailable(f"{exc}; ask again, or another controller") from None
+
     # ---------------------------------------------------------------- reading
 
     def _view(self) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -69,7 +76,7 @@ class Membership:
         leader = self.raft.leader_addr() or ""
         me = self.raft.self_addr
         is_leader = self.raft.is_leader()
-        progress = self.raft.on_tick(self.raft.progress) if is_leader else {}
+        progress = self._on_tick(self.raft.progress) if is_leader else {}
         commit = self.raft.commit_index()
         addrs = members + sorted(learners)
         grpcs = {a: self._grpc_of(info, a) or learners.get(a, {}).get("grpc_addr", "") for a in addrs}
@@ -139,7 +146,7 @@ class Membership:
 
     def _reachable_majority(self, voters: list[str], joining: str = "") -> tuple[int, int, list[str]]:
         """(reachable, needed, unreachable) for the voter set `voters` as this leader sees it now."""
-        progress = self.raft.on_tick(self.raft.progress)
+        progress = self._on_tick(self.raft.progress)
         me = self.raft.self_addr
         # Connected and answering: a stopped process closes its connection at once, before leader_fallback ends.
         reachable = [v for v in voters if v == me or (progress.get(v, {}).get("heard") and progress[v]["connected"])]
@@ -165,7 +172,7 @@ class Membership:
         # never hold, "at least the commit index of POLL_SECS ago" does once it keeps pace.
         target = None
         while True:
-            progress = self.raft.on_tick(self.raft.progress).get(addr, {})
+            progress = self._on_tick(self.raft.progress).get(addr, {})
             seen = seen or bool(progress.get("connected"))
             commit = self.raft.commit_index()
             live = progress.get("heard") and progress.get("connected")
@@ -233,7 +240,7 @@ class Membership:
         deadline = time.monotonic() + TRANSFER_WAIT_SECS
         while time.monotonic() < deadline:
             if self.raft.is_leader():
-                self.raft.on_tick(self.raft.transfer_leadership)
+                self._on_tick(self.raft.transfer_leadership)
             time.sleep(0.2)
             leader = self.raft.leader_addr()
             if leader and leader != self.raft.self_addr:
