@@ -94,3 +94,11 @@ def test_without_a_runtime_dir_the_hint_goes_to_a_private_tmp_dir(monkeypatch) -
     assert directory == f"/tmp/spur-{os.getuid()}"
     info = os.lstat(directory)
     assert info.st_uid == os.getuid() and info.st_mode & 0o077 == 0
+
+
+def test_a_hint_is_fresh_from_the_second_it_was_written_for_a_minute(runtime) -> None:
+    controller.write_leader_hint(["a:1"], "a:1", 100.9)
+    assert controller.read_leader_hint(["a:1"], 100.95) == ("a:1", True), "not rounded into the future"
+    assert controller.read_leader_hint(["a:1"], 100 + controller.LEADER_HINT_FRESH_SECS - 0.1) == ("a:1", True)
+    assert controller.read_leader_hint(["a:1"], 100 + controller.LEADER_HINT_FRESH_SECS) == ("a:1", False)
+    assert controller.read_leader_hint(["a:1"], 99.0) == ("a:1", False), "a clock set back: asked again"

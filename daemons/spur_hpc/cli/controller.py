@@ -256,7 +256,7 @@ def write_leader_hint(addresses: list[str], leader: str, now: float, environ: Ma
     try:
         fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(f"{now:.0f} {leader} {_hint_key(addresses)}\n")
+            fh.write(f"{int(now)} {leader} {_hint_key(addresses)}\n")  # whole seconds, rounded down
         os.replace(scratch, path)
     except OSError:
         try:
