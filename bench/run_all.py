@@ -40,6 +40,7 @@ BENCHES: list[tuple[str, list[str], int]] = [
     ("heartbeats", [], 900),
     ("failover", ["--trials", "20"], 1200),
     ("catchup", [], 5400),
+    ("membership", [], 2400),
     ("agent_restart", ["--restarts", "20"], 1200),
     ("release_install", ["--installs", "5"], 1800),
     ("upgrade", [], 3600),
