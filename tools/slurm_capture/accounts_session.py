@@ -12,8 +12,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from tools.slurm_capture.priority_session import run_as
-from tools.slurm_capture.runner import COMMAND_TIMEOUT_SECS, Side
+from tools.slurm_capture.runner import COMMAND_TIMEOUT_SECS, Side, run_as_user
 
 CLUSTER = "capture"
 NODES = ["n1"]
@@ -195,7 +194,7 @@ def capture_names() -> list[str]:
 def run_one(side: Side, step: Run) -> subprocess.CompletedProcess:
     """One command on `side`, its stdin the Run's answer (or /dev/null)."""
     if step.stdin is None:
-        return run_as(side, step.cmd)
+        return run_as_user(side, step.cmd)
     argv = shlex.split(side.resolve(step.cmd))
     argv[0] = str(side.bin_dir / argv[0])
     return subprocess.run(

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import re
 
-from tools.slurm_capture.runner import JOB_ID, Side, WaitTimedOut, wait
-from tools.slurm_capture.session import NO_COMPLETING, Run, Wait, job_in
+from tools.slurm_capture.runner import Side, run_as_user, run_steps
+from tools.slurm_capture.session import NO_COMPLETING, Run, Wait, capture_names_of, job_in
 
 AS_NOBODY = "nobody:"
-NOBODY_PREFIX = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 SECRET = "SPUR_JSON_SECRET"  # in one job's environment: which listings carry another user's environment
 
 FILES = {"steps.sh": "#!/bin/sh\nsrun sleep 600\n"}
@@ -63,57 +62,20 @@ JSON_SESSION: list[Run | Wait] = [
 ]
 
 
-def runs() -> list[Run]:
-    return [s for s in JSON_SESSION if isinstance(s, Run)]
-
-
 def capture_names() -> list[str]:
-    """NNN-name of each capture, in session order."""
-    return [f"{i:03d}-{r.name}" for i, r in enumerate(runs(), 1)]
+    return capture_names_of(JSON_SESSION)
 
 
 def run_as(side: Side, cmd: str):
     """One command on `side`; a `nobody:` command runs as the user nobody."""
-    if not cmd.startswith(AS_NOBODY):
-        return side.run(cmd)
-    import shlex
-    import subprocess
-
-    from tools.slurm_capture.runner import COMMAND_TIMEOUT_SECS
-
-    argv = shlex.split(side.resolve(cmd[len(AS_NOBODY) :]))
-    argv[0] = str(side.bin_dir / argv[0])
-    return subprocess.run(
-        NOBODY_PREFIX + argv, cwd=side.work, env=side.env, capture_output=True, timeout=COMMAND_TIMEOUT_SECS
-    )
+    if cmd.startswith(AS_NOBODY):
+        cmd = "as:nobody:" + cmd[len(AS_NOBODY) :]
+    return run_as_user(side, cmd)
 
 
 def run_json_session(side: Side, wait_timeout=None, strict: bool = True) -> list[dict]:
-    """Every Run of JSON_SESSION on `side`, in order (as runner.run_session does for the main session)."""
-    names = iter(capture_names())
-    results = []
-    for step in JSON_SESSION:
-        if isinstance(step, Wait):
-            timeout = wait_timeout(step) if wait_timeout else step.timeout
-            if not wait(side, step, timeout) and strict:
-                raise WaitTimedOut(side.log[-1])
-            continue
-        proc = run_as(side, step.cmd)
-        stdout = proc.stdout.decode(errors="surrogateescape")
-        if step.job is not None:
-            m = JOB_ID.search(stdout) if proc.returncode == 0 else None
-            side.jobs[step.job] = int(m.group(1)) if m else None
-        results.append(
-            {
-                "capture": next(names),
-                "cmd": step.cmd,
-                "resolved": side.resolve(step.cmd),
-                "rc": proc.returncode,
-                "stdout": stdout,
-                "stderr": proc.stderr.decode(errors="surrogateescape"),
-            }
-        )
-    return results
+    """Every Run of JSON_SESSION on `side`, in order (runner.run_steps; `nobody:` commands as nobody)."""
+    return run_steps(side, JSON_SESSION, wait_timeout, strict, run=run_as)
 
 
 def is_json(cmd: str) -> bool:

@@ -10,9 +10,8 @@ these.
 
 from __future__ import annotations
 
-from tools.slurm_capture.priority_session import run_as
-from tools.slurm_capture.runner import JOB_ID, Side, WaitTimedOut, wait
-from tools.slurm_capture.session import Run, Wait, job_in
+from tools.slurm_capture.runner import Side, run_as_user, run_steps
+from tools.slurm_capture.session import Run, Wait, capture_names_of, job_in
 
 CLUSTER = "capture"
 NODES = ["n1"]
@@ -85,37 +84,10 @@ LIMITS_SESSION: list[Run | Wait] = [
 ]
 
 
-def runs() -> list[Run]:
-    return [s for s in LIMITS_SESSION if isinstance(s, Run)]
-
-
 def capture_names() -> list[str]:
-    """NNN-name of each capture, in session order."""
-    return [f"{i:03d}-{r.name}" for i, r in enumerate(runs(), 1)]
+    return capture_names_of(LIMITS_SESSION)
 
 
 def run_limits_session(side: Side, wait_timeout=None, strict: bool = True) -> list[dict]:
-    """Every Run of LIMITS_SESSION on `side`, in order (as priority_session.run_priority_session does)."""
-    names = iter(capture_names())
-    results = []
-    for step in LIMITS_SESSION:
-        if isinstance(step, Wait):
-            if not wait(side, step, wait_timeout(step) if wait_timeout else step.timeout) and strict:
-                raise WaitTimedOut(side.log[-1])
-            continue
-        proc = run_as(side, step.cmd)
-        stdout = proc.stdout.decode(errors="surrogateescape")
-        if step.job is not None:
-            m = JOB_ID.search(stdout) if proc.returncode == 0 else None
-            side.jobs[step.job] = int(m.group(1)) if m else None
-        results.append(
-            {
-                "capture": next(names),
-                "cmd": step.cmd,
-                "resolved": side.resolve(step.cmd),
-                "rc": proc.returncode,
-                "stdout": stdout,
-                "stderr": proc.stderr.decode(errors="surrogateescape"),
-            }
-        )
-    return results
+    """Every Run of LIMITS_SESSION on `side`, in order (runner.run_steps; `as:USER:` commands as that user)."""
+    return run_steps(side, LIMITS_SESSION, wait_timeout, strict, run=run_as_user)

@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from tools.slurm_capture.runner import JOB_ID, Side, WaitTimedOut, wait
-from tools.slurm_capture.session import Run, Wait, job_in
+from tools.slurm_capture.runner import Side, run_steps
+from tools.slurm_capture.session import Run, Wait, capture_names_of, job_in
 
 CLUSTER = "capture"
 NODES = ["n1"]
@@ -76,39 +76,13 @@ PREEMPT_SESSION: list[Run | Wait] = [
 ]
 
 
-def runs() -> list[Run]:
-    return [s for s in PREEMPT_SESSION if isinstance(s, Run)]
-
-
 def capture_names() -> list[str]:
-    return [f"{i:03d}-{r.name}" for i, r in enumerate(runs(), 1)]
+    return capture_names_of(PREEMPT_SESSION)
 
 
 def run_preempt_session(side: Side, wait_timeout=None, strict: bool = True) -> list[dict]:
-    """Every Run of PREEMPT_SESSION on `side`, in order (as runner.run_session does for the main session)."""
-    names = iter(capture_names())
-    results = []
-    for step in PREEMPT_SESSION:
-        if isinstance(step, Wait):
-            if not wait(side, step, wait_timeout(step) if wait_timeout else step.timeout) and strict:
-                raise WaitTimedOut(side.log[-1])
-            continue
-        proc = side.run(step.cmd)
-        stdout = proc.stdout.decode(errors="surrogateescape")
-        if step.job is not None:
-            m = JOB_ID.search(stdout) if proc.returncode == 0 else None
-            side.jobs[step.job] = int(m.group(1)) if m else None
-        results.append(
-            {
-                "capture": next(names),
-                "cmd": step.cmd,
-                "resolved": side.resolve(step.cmd),
-                "rc": proc.returncode,
-                "stdout": stdout,
-                "stderr": proc.stderr.decode(errors="surrogateescape"),
-            }
-        )
-    return results
+    """Every Run of PREEMPT_SESSION on `side`, in order (runner.run_steps)."""
+    return run_steps(side, PREEMPT_SESSION, wait_timeout, strict)
 
 
 def main(argv: list[str] | None = None) -> int:

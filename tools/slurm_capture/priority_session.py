@@ -8,11 +8,8 @@ while sprio and sshare are captured in their formats. A Run whose command starts
 
 from __future__ import annotations
 
-import shlex
-import subprocess
-
-from tools.slurm_capture.runner import COMMAND_TIMEOUT_SECS, JOB_ID, Side, WaitTimedOut, wait
-from tools.slurm_capture.session import Run, Wait, job_in
+from tools.slurm_capture.runner import Side, run_as_user, run_steps
+from tools.slurm_capture.session import Run, Wait, capture_names_of, job_in
 
 CLUSTER = "capture"
 NODES = ["n1", "n2"]
@@ -99,49 +96,10 @@ PRIORITY_SESSION: list[Run | Wait] = [
 ]
 
 
-def runs() -> list[Run]:
-    return [s for s in PRIORITY_SESSION if isinstance(s, Run)]
-
-
 def capture_names() -> list[str]:
-    """NNN-name of each capture, in session order."""
-    return [f"{i:03d}-{r.name}" for i, r in enumerate(runs(), 1)]
-
-
-def run_as(side: Side, cmd: str) -> subprocess.CompletedProcess:
-    """One command on `side`; `as:USER:CMD` runs CMD as USER (setpriv, the user's own group)."""
-    if not cmd.startswith("as:"):
-        return side.run(cmd)
-    _, user, rest = cmd.split(":", 2)
-    argv = shlex.split(side.resolve(rest))
-    argv[0] = str(side.bin_dir / argv[0])
-    prefix = ["setpriv", f"--reuid={user}", "--init-groups", f"--regid={'nogroup' if user == 'nobody' else user}"]
-    return subprocess.run(prefix + argv, cwd=side.work, env=side.env, capture_output=True, timeout=COMMAND_TIMEOUT_SECS)
+    return capture_names_of(PRIORITY_SESSION)
 
 
 def run_priority_session(side: Side, wait_timeout=None, strict: bool = True) -> list[dict]:
-    """Every Run of PRIORITY_SESSION on `side`, in order (as runner.run_session does for the main session)."""
-    names = iter(capture_names())
-    results = []
-    for step in PRIORITY_SESSION:
-        if isinstance(step, Wait):
-            timeout = wait_timeout(step) if wait_timeout else step.timeout
-            if not wait(side, step, timeout) and strict:
-                raise WaitTimedOut(side.log[-1])
-            continue
-        proc = run_as(side, step.cmd)
-        stdout = proc.stdout.decode(errors="surrogateescape")
-        if step.job is not None:
-            m = JOB_ID.search(stdout) if proc.returncode == 0 else None
-            side.jobs[step.job] = int(m.group(1)) if m else None
-        results.append(
-            {
-                "capture": next(names),
-                "cmd": step.cmd,
-                "resolved": side.resolve(step.cmd),
-                "rc": proc.returncode,
-                "stdout": stdout,
-                "stderr": proc.stderr.decode(errors="surrogateescape"),
-            }
-        )
-    return results
+    """Every Run of PRIORITY_SESSION on `side`, in order (runner.run_steps; `as:USER:` commands as that user)."""
+    return run_steps(side, PRIORITY_SESSION, wait_timeout, strict, run=run_as_user)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.slurm_capture.session import SESSION, Run, Wait, capture_names
+from tools.slurm_capture.session import SESSION, Run, Wait, capture_names_of
 
 COMMAND_TIMEOUT_SECS = 60
 JOB_ID = re.compile(r"(\d+)")
@@ -65,13 +65,25 @@ def wait(side: Side, step: Wait, timeout: float) -> bool:
 READ_ONLY = re.compile(r"^(squeue|sinfo|sacct|scontrol (-o )?(show|ping))\b")
 
 
-def run_session(side: Side, wait_timeout=None, strict: bool = True, after_read=None) -> list[dict]:
-    """Every Run of the session on `side`, in order. wait_timeout(step) gives each Wait's patience; with strict,
+def run_as_user(side: Side, cmd: str) -> subprocess.CompletedProcess:
+    """One command on `side`; `as:USER:CMD` runs CMD as USER (setpriv, the user's own group)."""
+    if not cmd.startswith("as:"):
+        return side.run(cmd)
+    _, user, rest = cmd.split(":", 2)
+    argv = shlex.split(side.resolve(rest))
+    argv[0] = str(side.bin_dir / argv[0])
+    prefix = ["setpriv", f"--reuid={user}", "--init-groups", f"--regid={'nogroup' if user == 'nobody' else user}"]
+    return subprocess.run(prefix + argv, cwd=side.work, env=side.env, capture_output=True, timeout=COMMAND_TIMEOUT_SECS)
+
+
+def run_steps(side: Side, steps: list, wait_timeout=None, strict: bool = True, after_read=None, run=None) -> list[dict]:
+    """Every Run of a session's steps on `side`, in order. wait_timeout(step) gives each Wait's patience; with strict,
     a Wait that times out raises (a capture must see the states it was written for). after_read(result) is
-    called right after each command that changes nothing (squeue, sinfo, sacct, scontrol show)."""
-    names = iter(capture_names())
+    called right after each command that changes nothing (squeue, sinfo, sacct, scontrol show). run(side, cmd)
+    runs one command (side.run unless given)."""
+    names = iter(capture_names_of(steps))
     results = []
-    for step in SESSION:
+    for step in steps:
         if isinstance(step, Wait):
             timeout = wait_timeout(step) if wait_timeout else step.timeout
             if not wait(side, step, timeout) and strict:
@@ -79,7 +91,7 @@ def run_session(side: Side, wait_timeout=None, strict: bool = True, after_read=N
             continue
         assert isinstance(step, Run)
         resolved = side.resolve(step.cmd)
-        proc = side.run(step.cmd)
+        proc = run(side, step.cmd) if run is not None else side.run(step.cmd)
         stdout = proc.stdout.decode(errors="surrogateescape")
         if step.job is not None:
             m = JOB_ID.search(stdout) if proc.returncode == 0 else None
@@ -97,3 +109,8 @@ def run_session(side: Side, wait_timeout=None, strict: bool = True, after_read=N
         if after_read is not None and READ_ONLY.match(step.cmd):
             after_read(results[-1])
     return results
+
+
+def run_session(side: Side, wait_timeout=None, strict: bool = True, after_read=None) -> list[dict]:
+    """The main session (session.SESSION) on `side`: run_steps."""
+    return run_steps(side, SESSION, wait_timeout, strict, after_read)

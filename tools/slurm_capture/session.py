@@ -278,9 +278,13 @@ def runs() -> list[Run]:
     return [s for s in SESSION if isinstance(s, Run)]
 
 
+def capture_names_of(steps: list) -> list[str]:
+    """NNN-name of each Run of a session (its Waits are not captures), in session order."""
+    return [f"{i:03d}-{r.name}" for i, r in enumerate((s for s in steps if isinstance(s, Run)), 1)]
+
+
 def capture_names() -> list[str]:
-    """NNN-name of each capture, in session order."""
-    return [f"{i:03d}-{r.name}" for i, r in enumerate(runs(), 1)]
+    return capture_names_of(SESSION)
 
 
 def slurm_node_lines() -> str:
