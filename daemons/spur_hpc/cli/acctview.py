@@ -263,10 +263,8 @@ def parse_fields(text: str) -> list[FieldSpec]:
     return specs
 
 
-def _fit(value: str, width: int, right: bool) -> str:
-    if len(value) > width:
-        value = value[: width - 1] + "+"
-    return value.rjust(width) if right else value.ljust(width)
+def _cell(value: str, field: FieldSpec) -> str:
+    return slurmformat.print_field(value, field.width, field.right) + " "
 
 
 def lines_of(jobs: list[Any], allocations: bool = False, units: str = "") -> list[Line]:
@@ -301,9 +299,9 @@ def sacct_lines(
         return out
     # Slurm prints a space after every column, the last one included.
     if header:
-        out.append("".join(_fit(t, f.width, f.right) + " " for t, f in zip(titles, fields, strict=True)))
+        out.append("".join(_cell(t, f) for t, f in zip(titles, fields, strict=True)))
         out.append("".join("-" * f.width + " " for f in fields))
-    out.extend("".join(_fit(v, f.width, f.right) + " " for v, f in zip(row, fields, strict=True)) for row in rows)
+    out.extend("".join(_cell(v, f) for v, f in zip(row, fields, strict=True)) for row in rows)
     return out
 
 

@@ -10,7 +10,7 @@ characters and a '+'; the titles are only cut; -p/-P separate the values with '|
 from __future__ import annotations
 
 from spur_hpc.assocwords import INHERITED
-from spur_hpc.cli import units
+from spur_hpc.cli import slurmformat, units
 from spur_hpc.cli.runner import CliError, printable
 
 TYPE_CHECKING = False
@@ -220,10 +220,7 @@ def cell(key: str, row: dict[str, Any]) -> str:
 
 def print_cell(text: str, width: int) -> str:
     """print_fields_str: padded to |width| (negative: left), a longer value cut to width-1 and a '+'."""
-    size = abs(width)
-    if len(text) > size:
-        text = text[: size - 1] + "+"
-    return (text.ljust(size) if width < 0 else text.rjust(size)) + " "
+    return slurmformat.print_field(text, abs(width), width >= 0) + " "
 
 
 def lines(columns: list[Field], rows: list[dict[str, Any]], header: bool, parsable: str) -> list[str]:

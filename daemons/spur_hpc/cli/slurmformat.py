@@ -118,6 +118,13 @@ def parse_fields(
     return columns, titles
 
 
+def print_field(value: str, width: int, right: bool) -> str:
+    """Slurm's print_fields (sacct, sacctmgr, sshare): padded to width, a longer value cut to width-1 and a '+'."""
+    if len(value) > width:
+        value = value[: width - 1] + "+"
+    return value.rjust(width) if right else value.ljust(width)
+
+
 def fit(value: str, width: int | None, right: bool) -> str:
     if width is None:
         return value

@@ -12,7 +12,7 @@ import math
 import os
 import sys
 
-from spur_hpc.cli import commandline
+from spur_hpc.cli import commandline, slurmformat
 from spur_hpc.cli.options import Option, UsageError, gather, getopt_lines, parse
 from spur_hpc.cli.runner import CliError
 
@@ -94,11 +94,8 @@ def row_values(row: Any, indent: int, run_mins: dict[str, dict[str, float]], clu
 
 
 def cut(text: str, width: int) -> str:
-    """print_fields: a value longer than the width keeps width-1 characters and a `+`."""
-    size = abs(width)
-    if len(text) > size:
-        text = text[: size - 1] + "+"
-    return text.ljust(size) if width < 0 else text.rjust(size)
+    """print_fields: padded to |width| (negative: left), a longer value cut to width-1 and a `+`."""
+    return slurmformat.print_field(text, abs(width), width >= 0)
 
 
 def run_minutes(client: Any, rows: list[Any], now: float) -> dict[str, dict[str, float]]:
