@@ -16,6 +16,7 @@ import errno
 import logging
 import mmap
 import os
+import signal
 import stat
 import struct
 import threading
@@ -60,6 +61,9 @@ def close_sockets_in_snapshot_child() -> None:
 
 # spurctld forks only there: it starts no subprocesses (whose fork_exec would not run this anyway).
 os.register_at_fork(after_in_child=close_sockets_in_snapshot_child)
+
+# A stop waits this long for a snapshot being written, then kills the writer: the journal holds every entry anyway.
+SNAPSHOT_STOP_WAIT_SECS = 5.0
 
 # A joining member with an empty store does not stand for election until it caught up: with these
 # timeouts its election timer never fires, so it can vote for members that hold data but never win.
@@ -440,6 +444,7 @@ class SpurRaft(SyncObj):
         self._tick_calls: list = []
         self._tick_calls_lock = threading.Lock()
         self.removed = False  # the committed membership no longer lists this controller
+        self._snapshot_started = 0.0  # wall time pysyncobj last forked a snapshot writer (see _end_snapshot_writer)
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
             settings.self_addr,
@@ -451,6 +456,14 @@ class SpurRaft(SyncObj):
         # A command wakes the tick thread at once (pysyncobj does it only without batching): with group
         # commit it is appended, synced and sent in that tick instead of waiting for the next heartbeat.
         self._wakeup.append(PipeNotifier(self._poller))
+        serializer = self._SyncObj__serializer
+        fork_writer = serializer.serialize
+
+        def serialize(data, entry_id):
+            self._snapshot_started = time.time()
+            return fork_writer(data, entry_id)
+
+        serializer.serialize = serialize
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
 
@@ -500,11 +513,49 @@ class SpurRaft(SyncObj):
                 self._sync_journal()
                 return
         try:
+            self._end_snapshot_writer(SNAPSHOT_STOP_WAIT_SECS)
             self._sync_journal()
             self._journal.onOneSecondTimer()  # the commit index, after the entries it covers
             self.destroy()
         except Exception:
             log.exception("raft shutdown")
+
+    def _end_snapshot_writer(self, wait: float) -> None:
+        """After the tick ended: a snapshot that pysyncobj's forked child is still writing is waited for (a finished
+        one compacts the journal as on the tick), else the child is killed.
+
+        Left running, the child outlived this process and renamed its snapshot into place after the stop, while
+        the journal still began before it: at the next start pysyncobj, finding a journal that does not begin at
+        the snapshot, replaced the journal with the snapshot's two boundary entries, and every entry after the
+        snapshot's was gone (`raftCommitIndex exceeds journal end ... clamping`: acknowledged writes lost on a
+        single controller). And the restarted controller's own writer, opening the same raft.dump.tmp, had the
+        two write one file (its rename then failed: `Failed to store full dump`). A killed writer leaves the
+        previous snapshot and the whole journal; one killed just after its rename is compacted here."""
+        serializer = self._SyncObj__serializer
+        deadline = time.monotonic() + wait
+        while serializer._Serializer__pid > 0 and time.monotonic() < deadline:
+            self._SyncObj__tryLogCompaction()  # reaps the child; on success deletes the entries it covers
+            time.sleep(0.05)
+        pid = serializer._Serializer__pid
+        if pid <= 0:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        serializer._Serializer__pid = 0
+        dump = self._settings.dump_file
+        tmp = dump + ".tmp"
+        renamed = not os.path.exists(tmp) and os.path.exists(dump) and os.stat(dump).st_mtime >= self._snapshot_started
+        if renamed:
+            self._SyncObj__deleteEntriesTo(serializer._Serializer__currentID)
+        _unlink_quietly(tmp)
+        log.warning(
+            "stopped the snapshot writer %s s into its work (%s); the journal holds every entry",
+            f"{time.time() - self._snapshot_started:.0f}",
+            "its snapshot was in place: journal compacted to it" if renamed else "the previous snapshot stays",
+        )
 
     # ---------------------------------------------------------------- group commit
     # pysyncobj appends on its tick thread only: on the leader in _checkCommandsToApply (the commands that
