@@ -175,6 +175,34 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+def end_orphan_snapshot_writers(dump_file: str) -> list[int]:
+    """Before the store is opened: kill the processes that still write dump_file's temporary file (a snapshot
+    writer forked by a spurctld that was killed, which outlives it) and remove the file; returns their pids.
+    Left running, such a writer renames its snapshot into place after this process loaded the store, or shares
+    the temporary file with this process's own writer (see SpurRaft._end_snapshot_writer)."""
+    tmp = os.path.realpath(dump_file + ".tmp")
+    if not os.path.exists(tmp):
+        return []
+    killed = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            holds = any(os.readlink(f"/proc/{name}/fd/{fd}") == tmp for fd in os.listdir(f"/proc/{name}/fd"))
+        except OSError:  # gone, or not ours to look at
+            continue
+        if holds:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                killed.append(int(name))
+            except OSError:
+                pass
+    _unlink_quietly(tmp)
+    if killed:
+        log.warning("killed the snapshot writer(s) %s a previous spurctld left writing %s", killed, tmp)
+    return killed
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path or ".", os.O_RDONLY)
     try:
@@ -419,6 +447,7 @@ class SpurRaft(SyncObj):
     """The replicated controller state. Attributes set before SyncObj.__init__ stay out of snapshots."""
 
     def __init__(self, settings: RaftSettings) -> None:
+        end_orphan_snapshot_writers(settings.dump_file)
         self._settings = settings
         self._conf = make_syncobj_conf(settings)
         self._lock = threading.RLock()
