@@ -37,7 +37,7 @@ TIER1_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_in_every_m
 # tests/clients: submitit, dask-jobqueue and snakemake from PyPI (pinned in tests/clients/constraints.txt, in a
 # .venv-clients of their own) against a loopback cluster with accounting.
 HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(TIER1_UPGRADE) $(LOCAL_SCENARIO) tests/demo tests/clients
-# Lint runs first in the process lane, not before both: the host lane, the longer one, starts at once.
+# Lint runs first in the process lane, not before both: the host lane starts at once (the two take about as long).
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
 
