@@ -24,13 +24,19 @@ def mode(path: Path) -> int:
 
 
 def too_open(state_dir: Path) -> list[str]:
-    """Every directory not 0700 and every file readable by group or others under state_dir."""
+    """Every directory not 0700 and every file readable by group or others under state_dir. A file the daemon
+    renames or removes while we look (raft.journal.compact during a compaction) is skipped: it is gone."""
     found = [f"{state_dir} {mode(state_dir):04o}"] if mode(state_dir) != 0o700 else []
     for path in state_dir.rglob("*"):
-        if path.is_symlink():
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
             continue
-        if (path.is_dir() and mode(path) != 0o700) or mode(path) & 0o077:
-            found.append(f"{path} {mode(path):04o}")
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        bits = stat.S_IMODE(st.st_mode)
+        if (stat.S_ISDIR(st.st_mode) and bits != 0o700) or bits & 0o077:
+            found.append(f"{path} {bits:04o}")
     return found
 
 

@@ -441,6 +441,9 @@ def test_submit_counts_kept_from_the_records_equal_a_fresh_count_after_every_rec
     assert counts.groups(s)[("alice", "phys", "default", "normal")] == 3
     assert counts.groups(s)[("bob", "phys", "default", "normal")] == 5
     apply("job_start", job_id=ids[0], nodes=["n1"], attempt=1, time=2.0)
+    apply("job_cancel", job_id=ids[0], by="alice", time=2.5)  # still RUNNING until its end comes: not counted
+    assert s.jobs[ids[0]]["state"] == "RUNNING"
+    assert counts.groups(s)[("alice", "phys", "default", "normal")] == 2
     task = apply("job_array_split", job_id=array, nodes=["n1"], attempt=1, time=2.0)["job_id"]
     apply("job_end", job_id=ids[0], attempt=1, state="COMPLETED", exit_code=0, signal=0, time=3.0, reason="")
     apply("job_cancel", job_id=ids[1], by="alice", time=3.0)

@@ -425,7 +425,8 @@ class SubmitCounts(JobTracker):
 
     def _add(self, s: ClusterState, job_id: int) -> None:
         job = s.jobs.get(job_id)
-        if job is None or job["state"] in FINISHED_STATES:
+        # A running job being cancelled no longer counts, as in Slurm, where scancel ends it at once (CG).
+        if job is None or job["state"] in FINISHED_STATES or job.get("cancel_requested"):
             return
         js = job["spec"]
         group = (js.get("user", ""), js.get("account") or "", js.get("partition", ""), js.get("qos") or "")
