@@ -356,6 +356,36 @@ def spawn_raft_dies(m: Member, trigger: Path) -> Proc:
     return m.proc
 
 
+# The test hook for the crash between a snapshot's rename and the journal's compaction: a wrapper run instead of the
+# spurctld entry point that kills its own process (SIGKILL, as kill -9 does) when pysyncobj, having found the
+# forked writer's snapshot renamed into place, is about to drop the journal's entries before it, and the journal
+# holds entries after the snapshot's last one (acknowledged writes that only the journal has). Like RAFT_DIES it
+# patches the class in the tests only.
+KILLED_BEFORE_COMPACTION = """
+import os, signal, sys
+from spur_hpc.controller import raft
+compact = raft.SpurRaft._SyncObj__deleteEntriesTo
+def delete_entries_to(self, to_idx):
+    if self._SyncObj__raftLog[-1][1] > to_idx + 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return compact(self, to_idx)
+raft.SpurRaft._SyncObj__deleteEntriesTo = delete_entries_to
+from spur_hpc.controller.daemon import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def spawn_killed_before_compaction(m: Member) -> Proc:
+    """Start member m's spurctld under KILLED_BEFORE_COMPACTION: it kills itself at its first snapshot that
+    entries follow, after the snapshot's rename and before the journal's compaction."""
+    m.proc = Proc(
+        f"spurctld-{m.index}-killed-before-compaction",
+        [sys.executable, "-c", KILLED_BEFORE_COMPACTION, "--conf", str(m.conf_path)],
+        m.root / "spurctld.log",
+    ).start()
+    return m.proc
+
+
 def cleanup_all() -> None:
     """Stop every process a test started: agents first, then controllers (as teardown.yml does).
 

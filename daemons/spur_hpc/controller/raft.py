@@ -586,6 +586,50 @@ class SpurRaft(SyncObj):
             "its snapshot was in place: journal compacted to it" if renamed else "the previous snapshot stays",
         )
 
+    def _SyncObj__loadDumpFile(self, clearJournal):  # noqa: N802, N803 (pysyncobj's private name)
+        """Load the snapshot at start, keeping the journal's entries after it.
+
+        pysyncobj keeps the journal only when it begins exactly at the snapshot's two boundary entries, and
+        otherwise replaces it with them. A kill -9 after the forked writer renamed its snapshot into place and
+        before the journal was compacted leaves a journal that begins before the snapshot and goes on after it:
+        replacing it dropped every entry after the snapshot (acknowledged writes that only the journal held).
+        That journal is compacted to the snapshot here first, so pysyncobj finds it beginning at the boundary and
+        keeps the rest. A snapshot received from the leader (clearJournal) replaces the journal, as it must."""
+        load = SyncObj._SyncObj__loadDumpFile
+        serializer = self._SyncObj__serializer
+        if clearJournal:
+            return load(self, clearJournal)
+        try:
+            data = serializer.deserialize()
+        except Exception:
+            return load(self, clearJournal)  # it reads the snapshot again and logs why it cannot
+        self._compact_journal_to_snapshot(before=data[2], last=data[1])
+        serializer.deserialize = lambda: data  # read once: a snapshot of 100,000 jobs takes seconds to unpickle
+        try:
+            return load(self, clearJournal)
+        finally:
+            del serializer.deserialize  # the class's method again
+
+    def _compact_journal_to_snapshot(self, before: tuple, last: tuple) -> None:
+        """Drop the journal's entries before the snapshot's boundary entries (before, last: (command, index, term)),
+        when the journal holds them: the compaction a crash interrupted, done now."""
+        journal = self._journal
+        at = before[1] - journal[0][1] if len(journal) else -1
+        if at <= 0 or at + 1 >= len(journal):
+            return  # it begins at the snapshot already, or ends before the snapshot's last entry (pysyncobj's cases)
+        if journal[at] != before or journal[at + 1] != last:
+            log.warning(
+                "the journal's entries %d and %d differ from the snapshot's: the snapshot replaces the journal",
+                before[1], last[1],
+            )
+            return
+        kept = len(journal) - at - 2
+        journal.deleteEntriesTo(at)
+        log.warning(
+            "the journal began before the snapshot (a crash between the snapshot and the journal's compaction): "
+            "compacted to the snapshot's entry %d, the %d entries after it kept", last[1], kept,
+        )
+
     # ---------------------------------------------------------------- group commit
     # pysyncobj appends on its tick thread only: on the leader in _checkCommandsToApply (the commands that
     # queued since the last tick) and when it becomes leader (a no-op), on a follower while handling one
