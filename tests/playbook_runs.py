@@ -116,7 +116,23 @@ def run_logged(argv: list[str], log: Path, env: dict[str, str], timeout: float) 
 
 
 def failure_tail(output: str, lines: int = FAILURE_TAIL_LINES) -> str:
-    return "\n".join(output.splitlines()[-lines:])
+    """The first failed task and its message on one line (a CI summary keeps the first line and may cut the
+    middle of a long message), then the last `lines` lines of the output."""
+    return first_failure(output) + "\n" + "\n".join(output.splitlines()[-lines:])
+
+
+def first_failure(output: str, width: int = 600) -> str:
+    """'first failure: TASK [...] -> fatal: [host]: FAILED! => {...}', cut to `width` characters, or ''."""
+    task, fatal = "", ""
+    for line in output.splitlines():
+        if fatal and line.strip() != "...ignoring":
+            break
+        fatal = ""  # a failure Ansible ignored prints "...ignoring" on the next line
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith("fatal: ["):
+            fatal = line
+    return f"first failure: {task} -> {fatal}"[:width] if fatal else ""
 
 
 def run_molecule(name: str, env: dict[str, str], tmp_path: Path, timeout: float) -> tuple[str, float]:
@@ -125,5 +141,7 @@ def run_molecule(name: str, env: dict[str, str], tmp_path: Path, timeout: float)
     started = time.monotonic()
     code, output = run_logged([str(VENV_BIN / "molecule"), "test", "--scenario-name", name], log, env, timeout)
     if code != 0:
-        pytest.fail(f"molecule test -s {name} exited {code} (full log: {log})\n{failure_tail(output)}", pytrace=False)
+        pytest.fail(
+            f"molecule test -s {name} exited {code} (full log: {log}) {failure_tail(output)}", pytrace=False
+        )
     return output, time.monotonic() - started

@@ -125,6 +125,25 @@ def test_drain_outlives_a_loss_of_the_controllers_from_its_start(fake_cluster, c
     assert result["outcome"] == "drained" and result["node"]["state"] == "DRAINED"
 
 
+def test_drain_outlives_a_loss_of_the_controllers_that_begins_at_its_write(fake_cluster, controller, monkeypatch):
+    """The node was read, then the network drops as the drain is sent (the tier-2 upgrade's node-0): the write waits
+    the outage out instead of failing the upgrade after a write's usual patience."""
+    controller.add_node("n1")
+    real_call = controller.call
+
+    def call(method, request, write=False, patience=None):
+        if method == "DrainNode":
+            monkeypatch.setattr(controller, "call", real_call)
+            cut_off(controller, monkeypatch, 1.5)
+            raise spur_client.SpurUnreachable("no controller could answer DrainNode (fake: the link went down)")
+        return real_call(method, request, write, patience)
+
+    monkeypatch.setattr(controller, "call", call)
+    result = run_module(spur_node, node_args(fake_cluster, wait=True, wait_timeout=30))
+    assert not result.get("failed"), result
+    assert result["outcome"] == "drained" and result["node"]["state"] == "DRAINED"
+
+
 def test_drain_wait_fails_clearly_when_the_controllers_stay_away(fake_cluster, controller, monkeypatch):
     from ansible_collections.spur.cluster.plugins.module_utils import spur_nodes
 
@@ -135,7 +154,7 @@ def test_drain_wait_fails_clearly_when_the_controllers_stay_away(fake_cluster, c
     threading.Timer(0.3, cut_off, args=(controller, monkeypatch, 60)).start()
     result = run_module(spur_node, args)
     assert result["failed"]
-    assert "no controller answered for 1 s while waiting on node n1" in result["msg"], result["msg"]
+    assert "no controller answered for 1 s while working on node n1" in result["msg"], result["msg"]
 
 
 def test_drain_wait_timeout_keeps_an_operators_drain(fake_cluster, controller):

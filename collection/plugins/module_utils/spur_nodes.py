@@ -119,7 +119,8 @@ class NodeStateChange:
             return dict(changed=True, node=before, outcome="drained" if not before["job_ids"] else "busy",
                         predicted=predicted)
         else:
-            changed, node = True, self.connection.drain_node(self.name, self.reason(), self.set_by())
+            changed = True
+            node = self.through_outage(self.connection.drain_node, self.name, self.reason(), self.set_by())
         if self.params["wait"] and not self.check_mode:
             return self.wait_quiet(node, changed)
         return dict(changed=changed, node=node)
@@ -134,16 +135,21 @@ class NodeStateChange:
         return dict(changed=drained_now, node=node)
 
     def poll_node(self) -> dict:
-        """The node as the controllers see it now; while none answers, probe again for up to UNREACHABLE_GRACE_SECS."""
+        """The node as the controllers see it now."""
+        return self.through_outage(self.connection.get_node, self.name)
+
+    def through_outage(self, call, *args, **kwargs) -> dict:
+        """call(*args) again while no controller answers, for up to UNREACHABLE_GRACE_SECS: a network drop in the
+        middle of a drain must not fail a rolling upgrade. Drain, resume and down are safe to repeat."""
         since = None
         while True:
             try:
-                return self.connection.get_node(self.name)
+                return call(*args, **kwargs)
             except SpurUnreachable as exc:
                 self.connection.forget()  # probe again: the outage may have hidden every controller
                 since = self.clock() if since is None else since
                 if self.clock() - since >= UNREACHABLE_GRACE_SECS:
-                    raise SpurUnreachable("%s; no controller answered for %.0f s while waiting on node %s" % (
+                    raise SpurUnreachable("%s; no controller answered for %.0f s while working on node %s" % (
                         exc, UNREACHABLE_GRACE_SECS, self.name)) from None
                 self.sleep(POLL_SECS)
 
@@ -153,7 +159,7 @@ class NodeStateChange:
         reverted = False
         if action in ("fail", "revert") and drained_now:
             # Undo only our own drain: the prefix check makes the controller refuse if someone re-drained it.
-            node = self.connection.resume_node(self.name, only_if_reason_prefix=self.prefix)
+            node = self.through_outage(self.connection.resume_node, self.name, only_if_reason_prefix=self.prefix)
             reverted = True
         result = dict(changed=drained_now and not reverted, node=node, outcome="busy", reverted=reverted)
         if action == "fail":
@@ -182,7 +188,7 @@ class NodeStateChange:
                     return dict(changed=False, node=before)
                 return dict(changed=True, node=before, predicted=self.predicted_resume(before))
             try:
-                node = self.connection.resume_node(self.name, only_if_reason_prefix=self.prefix)
+                node = self.through_outage(self.connection.resume_node, self.name, only_if_reason_prefix=self.prefix)
             except SpurRefused:
                 self.foreign(before)
                 return dict(changed=False, node=before)
@@ -192,7 +198,7 @@ class NodeStateChange:
             return dict(changed=False, node=before)
         if self.check_mode:
             return dict(changed=True, node=before, predicted=self.predicted_resume(before))
-        node = self.connection.resume_node(self.name)
+        node = self.through_outage(self.connection.resume_node, self.name)
         return self.wait_in_service(dict(changed=True, node=node))
 
     def predicted_resume(self, before: dict) -> dict:
@@ -237,4 +243,5 @@ class NodeStateChange:
         if self.check_mode:
             predicted = dict(summary(before), state="DOWN", reason=self.reason(), job_ids=[])
             return dict(changed=True, node=before, outcome="down", predicted=predicted)
-        return dict(changed=True, node=self.connection.down_node(self.name, self.reason(), self.set_by()))
+        node = self.through_outage(self.connection.down_node, self.name, self.reason(), self.set_by())
+        return dict(changed=True, node=node)
