@@ -109,3 +109,71 @@ def test_one_job_asked_for_says_priority_as_the_whole_queue_does_and_keeps_it_wh
     assert service.get_job(behind)["reason"] == "Priority"
     service.cancel(behind, 0, "root")
     assert (s.jobs[behind]["state"], s.jobs[behind]["reason"]) == ("CANCELLED", "Priority")
+
+
+def test_listings_share_the_reasons_until_a_record_is_applied_or_the_clock_reaches_a_begin_time() -> None:
+    from types import SimpleNamespace
+
+    from test_dispatch_hold import _Raft
+
+    from spur_hpc.controller.service import ControllerService
+
+    s = cluster(level=4, cpus=4)
+    running = submit(s, cpus_per_task=4)
+    start(s, running)  # the node is full
+    blocked, behind = submit(s, cpus_per_task=4), submit(s)
+    later = submit(s, begin_time=1000.5)
+    clock = [1000.0]
+    conf = SimpleNamespace(controller=SimpleNamespace(write_timeout_secs=1.0, heartbeat_timeout_secs=30.0))
+    service = ControllerService(conf, _Raft(s), lambda addr: None, clock=lambda: clock[0])
+
+    def reasons(**filters) -> dict[int, str]:
+        return {j["job_id"]: j["reason"] for j in service.list_jobs(**filters) if j["state"] == "PENDING"}
+
+    def from_scratch() -> dict[int, str]:
+        jobs = [j for j in s.jobs.values() if j["state"] == "PENDING"]
+        shown = service.shown_in_plan_order(s, jobs, clock[0], {}, whole_queue=True)
+        return {j["job_id"]: shown.get(j["job_id"], j)["reason"] for j in jobs}
+
+    assert reasons() == from_scratch() == {blocked: "Resources", behind: "Priority", later: "BeginTime"}
+    worked_out = service._listed
+    assert reasons(job_ids=[behind]) == {behind: "Priority"} and service._listed is worked_out, "read, not redone"
+    clock[0] = 1000.4  # before the begin time nothing the reasons read has changed
+    assert reasons()[later] == "BeginTime" and service._listed is worked_out
+    clock[0] = 1000.5
+    assert reasons() == from_scratch() and reasons()[later] == "Priority", "the begin time: worked out again"
+    assert service._listed is not worked_out
+    end(s, running, now=1001.0)  # a record applied: the node is free
+    assert reasons() == from_scratch() and reasons()[blocked] != "Resources"
+
+
+def test_the_answer_to_a_whole_queue_listing_is_kept_until_the_listing_would_differ() -> None:
+    from types import SimpleNamespace
+
+    from test_dispatch_hold import _Raft
+
+    from spur_hpc.controller.service import ControllerService
+
+    s = cluster(level=4, cpus=4)
+    first, second = submit(s), submit(s)
+    clock = [1000.0]
+    conf = SimpleNamespace(controller=SimpleNamespace(write_timeout_secs=1.0, heartbeat_timeout_secs=30.0))
+    service = ControllerService(conf, _Raft(s), lambda addr: None, clock=lambda: clock[0])
+    built = []
+
+    def finish(views: list) -> list:
+        built.append(views)
+        return [(j["job_id"], j["state"], j["reason"]) for j in views]
+
+    answer = service.list_jobs(finish=finish)
+    assert service.list_jobs(finish=finish) is answer and len(built) == 1, "nothing changed: the answer kept"
+    assert service.list_jobs(finish=finish, include_finished=True) == answer and len(built) == 2, "another question"
+    assert service.list_jobs(users=["u"], finish=finish) == answer and len(built) == 3, "a filtered one is built"
+    start(s, first, now=1000.0)
+    changed = service.list_jobs(finish=finish)
+    assert changed != answer and changed[0] == (first, "RUNNING", "None") and len(built) == 4
+    clock[0] = 2000.0
+    assert service.list_jobs(finish=finish) is changed and len(built) == 4, "no begin time passed: still the same"
+    s.apply(rec("job_hold", job_id=second, reason="JobHeldUser"))
+    assert service.list_jobs(finish=finish) != changed and len(built) == 5, "a record applied: listed again"
+    assert second in {job_id for job_id, _state, _reason in changed}

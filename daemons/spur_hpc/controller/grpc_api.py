@@ -451,6 +451,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         who = self.node.authz.caller(context)
         store = self._store()
         visible = self.node.authz.job_filter(who, store)  # [auth] private_data "jobs": others' jobs are absent
+        filtered = request.job_ids or request.users or request.states or request.partitions or request.names
+        whole_queue = not (filtered or visible)
         jobs = self.service.list_jobs(
             job_ids=list(request.job_ids),
             users=list(request.users),
@@ -460,10 +462,10 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             include_finished=request.include_finished,
             view=self.brief_jobs.view if request.brief else copy_job,
             visible=visible,
+            finish=(lambda views: self.brief_jobs.reply(views, whole_queue)) if request.brief else None,
         )
         if request.brief:
-            filtered = request.job_ids or request.users or request.states or request.partitions or request.names
-            return self.brief_jobs.reply(jobs, whole_queue=not (filtered or visible))
+            return jobs  # the reply, built (or kept) by list_jobs
         operator = self.node.authz.at_least(who, OPERATOR, store)
         return slurm_pb2.ListJobsReply(jobs=[self._job_for(who, j, operator) for j in jobs])
 
