@@ -58,3 +58,22 @@ def test_the_runtime_reads_the_descriptor_slurm_pb2_carries_without_importing_it
     large = controller._decode("ListJobsReply", queue(3000), "127.0.0.1:6817")
     assert type(large) is not slurm_pb2.ListJobsReply, "built from the descriptor, not slurm_pb2's class"
     assert large.jobs[2].spec.name == "job-3" and large.jobs[2].state == slurm_pb2.RUNNING
+
+
+def test_a_fresh_command_decodes_a_large_answer_without_loading_the_well_known_types(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from spur_hpc.wire import protocodec as codec
+
+    proto = open(codec.PROTO_PATH, encoding="utf-8").read()
+    assert not [line for line in proto.splitlines() if line.startswith("import ")], "a well-known type needs its module"
+    (tmp_path / "reply.bin").write_bytes(queue(3000))
+    script = (
+        "import sys\nfrom spur_hpc.cli import controller\n"
+        f"reply = controller._decode('ListJobsReply', open({str(tmp_path / 'reply.bin')!r}, 'rb').read(), 'x')\n"
+        "print(len(reply.jobs), reply.jobs[2].spec.name, 'google.protobuf.internal.well_known_types' in sys.modules)\n"
+        "import google.protobuf.internal.well_known_types as w\nprint(hasattr(w, 'Timestamp'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["3000", "job-3", "False", "True"], "decoded as before, and a later import gets the real module"

@@ -156,9 +156,10 @@ def _runtime_class(reply_type: str) -> Any:
                 pool.AddSerializedFile(serialized)
                 descriptor = pool.FindMessageTypeByName(f"{protocodec.schema().package}.{reply_type}")
                 # as google.protobuf.message_factory builds a class (upb makes the nested ones when first read)
-                cls = _message.MessageMeta(
-                    reply_type, (message.Message,), {"DESCRIPTOR": descriptor, "__module__": None}
-                )
+                with _no_well_known_types():
+                    cls = _message.MessageMeta(
+                        reply_type, (message.Message,), {"DESCRIPTOR": descriptor, "__module__": None}
+                    )
             except (ImportError, AttributeError, TypeError, ValueError, KeyError):  # another runtime: slurm_pb2
                 cls = None
         if cls is None:
@@ -167,6 +168,31 @@ def _runtime_class(reply_type: str) -> Any:
             cls = getattr(slurm_pb2, reply_type)
         _RUNTIME_CLASSES[reply_type] = cls
     return _RUNTIME_CLASSES[reply_type]
+
+
+_WELL_KNOWN_TYPES = "google.protobuf.internal.well_known_types"
+
+
+class _no_well_known_types:
+    """While upb makes its first message class, a stand-in for the module of the well-known types' methods
+    (Timestamp.ToDatetime...), which upb imports then to look up its class's mixin (WKTBASES): importing it loads
+    datetime, calendar, locale, re, enum, typing and descriptor.py, 13 ms of CPU in a squeue of 0.1 s. slurm.proto
+    imports no other .proto, so it uses no well-known type (a unit test keeps it so) and no class here needs one."""
+
+    def __enter__(self) -> None:
+        import sys
+        import types
+
+        self.stand_in = None
+        if _WELL_KNOWN_TYPES not in sys.modules:
+            self.stand_in = sys.modules[_WELL_KNOWN_TYPES] = types.ModuleType(_WELL_KNOWN_TYPES)
+            self.stand_in.WKTBASES = {}
+
+    def __exit__(self, *exc: object) -> None:
+        import sys
+
+        if self.stand_in is not None and sys.modules.get(_WELL_KNOWN_TYPES) is self.stand_in:
+            del sys.modules[_WELL_KNOWN_TYPES]  # a later import gets the real module
 
 
 def serialized_descriptor() -> bytes | None:

@@ -6,8 +6,6 @@ value as it is. Text between specifiers is copied. Each command supplies its let
 
 from __future__ import annotations
 
-from itertools import repeat
-
 from spur_hpc.cli import units
 from spur_hpc.cli.runner import CliError, printable
 
@@ -143,25 +141,28 @@ def render(
     """Lines of output (header first when asked); getters[letter](row) gives a cell's text, shown with its
     control characters escaped (a job name with a newline would forge a row); the format's own text is kept.
     strip=False keeps the spaces that end a line (squeue pads its last column as Slurm's does).
-    Built a column at a time (one getter, one width for every row): squeue lists 10,000 jobs through here."""
-    cells: list[Any] = []
+    Built a column at a time (one getter, one width for every row), each line by one %-format whose
+    conversions pad and cut the cells (%18.18s, %-9.9s): squeue lists 10,000 jobs through here."""
+    cells: list[list[str]] = []
+    specs: list[str] = []  # the line's %-format, a conversion per column
     widths: list[int | None] = []
     for column in columns:
         if not column.letter:
-            cells.append(repeat(column.literal, len(rows)))
+            specs.append(column.literal.replace("%", "%%"))
             widths.append(None)
             continue
-        get = getters[column.letter]
-        values = [text if (text := get(row)).isprintable() else printable(text) for row in rows]
+        values = [text if text.isprintable() else printable(text) for text in map(getters[column.letter], rows)]
         width = column.width
         if column.auto_width:
             width = max([len(titles[column.letter]), column.width or 0] + [len(value) for value in values])
-        if width is not None:
-            pad = str.rjust if column.right else str.ljust
-            values = [pad(value[:width], width) for value in values]
+        specs.append("%s" if width is None else f"%{'' if column.right else '-'}{width}.{width}s")
         cells.append(values)
         widths.append(width)
-    lines = list(map("".join, zip(*cells, strict=True))) if cells else [""] * len(rows)
+    line_format = "".join(specs)
+    if cells:
+        lines = [line_format % row for row in zip(*cells, strict=True)]
+    else:
+        lines = [line_format % ()] * len(rows)
     if header:
         titles_line = "".join(
             fit(titles[c.letter], widths[i], c.right) if c.letter else c.literal for i, c in enumerate(columns)
