@@ -7,21 +7,17 @@ before anyone changes daemons/. The published rows never use this (results recor
 
 The benchmarks that take --patch (submit, cli, squeue, heartbeats, catchup) start their controllers this way.
 
-Patches:
-  journal-sync-per-message  the journal is synced once before each message this controller sends, instead of
-                            once per entry (raft.py DurableJournal.add): an entry is still on disk before any
-                            acknowledgement or AppendEntries that carries it leaves the process.
-  leader-scans              the leader's periodic whole-queue scans are skipped when they cannot find anything:
-                            plan_starts (leader.py) returns at once when no schedulable node has a free CPU,
-                            LeaderDuties._follow_up_running (a scan of every job for cancels and time limits)
-                            runs once per scheduler interval instead of on every wake-up, and the accounting
-                            loop (accounting_link.py AccountingLink._once) copies the job table
-                            only when it will use it (accounting on, or a purge pass due).
+Patches: none at the moment. The two this file carried were built into daemons/ and then removed from here,
+since they no longer applied to it: journal-sync-per-message (one journal sync per message sent, bypassing
+DurableJournal's bookkeeping) became group commit (raft.py: the journal synced once per batch), and leader-scans
+(skip the whole-queue scans that cannot find anything) became the incremental scheduler (scheduler.JobIndex)
+and the accounting link's copy only when a purge is due. A new experiment is a function in APPLY.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # isort: off
@@ -29,76 +25,9 @@ import common  # noqa: F401  (puts tests/ on sys.path for the harness)
 from harness import BIN, ControllerCluster, Proc
 # isort: on
 
-PATCHES = ("journal-sync-per-message", "leader-scans")
-
-
-def _journal_sync_per_message() -> None:
-    from pysyncobj.journal import FileJournal
-
-    from spur_hpc.controller import raft
-
-    def add(self, command, idx, term):
-        FileJournal.add(self, command, idx, term)
-        self._dirty = True
-
-    raft.DurableJournal.add = add
-    original_init = raft.SpurRaft.__init__
-
-    def init(self, settings):
-        original_init(self, settings)
-        transport = self._SyncObj__transport
-        journal = self._SyncObj__raftLog
-        send = transport.send
-
-        def send_after_sync(node, message):
-            if getattr(journal, "_dirty", False):
-                journal._dirty = False
-                journal.flush()
-            return send(node, message)
-
-        transport.send = send_after_sync
-
-    raft.SpurRaft.__init__ = init
-
-
-def _leader_scans() -> None:
-    import time
-
-    from spur_hpc.controller import accounting_link, leader
-
-    original_plan = leader.plan_starts
-
-    def plan_starts(s, now=0.0):
-        if not any(s.schedulable(n) and n["cpus"] > n["alloc_cpus"] for n in s.nodes.values()):
-            return []
-        return original_plan(s, now)
-
-    leader.plan_starts = plan_starts
-    original_follow = leader.LeaderDuties._follow_up_running
-
-    def follow_up_running(self):
-        now = time.monotonic()
-        if now - getattr(self, "_bench_followed", 0.0) < self.interval:
-            return
-        self._bench_followed = now
-        original_follow(self)
-
-    leader.LeaderDuties._follow_up_running = follow_up_running
-    original_once = accounting_link.AccountingLink._once
-
-    def once(self):
-        due = time.monotonic() - self.last_purge >= accounting_link.PURGE_EVERY_SECS
-        if self.settings is None and not due:
-            return
-        original_once(self)
-
-    accounting_link.AccountingLink._once = once
-
-
-APPLY = {
-    "journal-sync-per-message": _journal_sync_per_message,
-    "leader-scans": _leader_scans,
-}
+# name -> a function that applies the proposed fix to the imported modules before spurctld starts
+APPLY: dict[str, Callable[[], None]] = {}
+PATCHES = tuple(APPLY)
 
 
 class PatchedCluster(ControllerCluster):
