@@ -386,6 +386,38 @@ def spawn_killed_before_compaction(m: Member) -> Proc:
     return m.proc
 
 
+# A follower whose tick thread is held up just before pysyncobj judges its election deadline: the journal's
+# once-a-second sync (DurableJournal.onOneSecondTimer, called at the start of a tick, right before that judgement)
+# takes STALL_SECS every other second, as an fsync can on a busy disk, longer than the election timeout. The
+# leader's appends wait unread in the socket meanwhile. Patches the class in the tests only.
+STALLED_SYNC = """
+import sys, time
+from spur_hpc.controller import raft
+STALL_SECS = float(sys.argv.pop(1))
+sync = raft.DurableJournal.onOneSecondTimer
+last = [0.0]
+def stalled(self):
+    if time.monotonic() - last[0] > 2.0:
+        time.sleep(STALL_SECS)
+        last[0] = time.monotonic()
+    return sync(self)
+raft.DurableJournal.onOneSecondTimer = stalled
+from spur_hpc.controller.daemon import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def spawn_stalled_sync(m: Member, stall_secs: float) -> Proc:
+    """Start member m's spurctld under STALLED_SYNC: every other second its tick thread stalls for stall_secs
+    right before pysyncobj decides whether the leader has gone quiet."""
+    m.proc = Proc(
+        f"spurctld-{m.index}-stalled-sync",
+        [sys.executable, "-c", STALLED_SYNC, str(stall_secs), "--conf", str(m.conf_path)],
+        m.root / "spurctld.log",
+    ).start()
+    return m.proc
+
+
 def cleanup_all() -> None:
     """Stop every process a test started: agents first, then controllers (as teardown.yml does).
 
