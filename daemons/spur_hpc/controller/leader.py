@@ -101,6 +101,7 @@ class LeaderDuties:
         self.signalled: dict[tuple[int, int], float] = {}
         self.preempt_quiet: dict[int, float] = {}  # blocked job -> when preemption may look for victims again
         self.was_leader = False
+        self.led_term = -1  # the term of this member's last leadership (a regained majority keeps its bookkeeping)
         self.next_priority_calc = 0.0  # monotonic time of the next priority/multifactor recalculation
         # Pending and running jobs kept from the applied records: a wake-up looks at what changed, not at
         # every job (scheduler.JobIndex).
@@ -198,6 +199,18 @@ class LeaderDuties:
         self.was_leader = True
         now = time.monotonic()
         names = self.raft.read(lambda s: [n for n, node in s.nodes.items() if node["registered"]])
+        term = self.raft.term()
+        if term == self.led_term:
+            # The same leadership: a majority's answers were late for a moment (has_quorum; pysyncobj steps down
+            # after leader_fallback), as on a loaded host every few seconds. Starting afresh then would never let
+            # a job its agent lost reach ORPHAN_GRACE_SECS, nor a dead node its heartbeat timeout; the launches in
+            # flight are still this leader's own.
+            with self.last_seen_lock:
+                for n in names:
+                    self.last_seen.setdefault(n, now)
+            log.info("leader at term %s again: a majority answers again; launches and orphan checks go on", term)
+            return
+        self.led_term = term
         with self.last_seen_lock:
             self.last_seen = {n: now for n in names}
         self.launching.clear()
