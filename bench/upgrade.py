@@ -23,14 +23,15 @@ duplicate, none for a key that got a job id is an acknowledged submission lost.
 
 From each run's event log (spur_upgrade_event_log: events of kind gate, work or info, with their secs):
 
-  unavoidable waits = sum of secs of the gate events `healthy` (after a controller's restart: until one leader
-                      holds a stable term for spur_upgrade_stable_secs, every member is caught up and the
-                      restarted one is ready on the new release; the election and start-up are in it) and
-                      `registered` (after an agent's restart: until the controllers list it registered at the
-                      new release).
+  unavoidable waits = sum of secs of the gate events `started` (a restarted daemon's own start: from its spawn
+                      until its probe answers, spurd's /readyz once registered, spurctld's /livez), `healthy`
+                      (after a controller's restart: until one leader holds a stable term for
+                      spur_upgrade_stable_secs, every member is caught up and the restarted one is ready on the
+                      new release; the election is in it) and `registered` (after an agent's restart: until the
+                      controllers list it registered at the new release).
   ratio             = wall_secs / unavoidable waits.
 
-Not counted as unavoidable: the work events (release install, config, the supervisorctl restart itself),
+Not counted as unavoidable: the work events (release install, config, the restart's stop and spawn),
 the other gates (guard rails, draining and DOWN waits, the in-place job check, the verify job) and the time
 in no event (Ansible's own task overhead, probes, the plan). A watcher also polls every daemon's probe
 every 0.2 s and records how long each was down, as a second view of the restarts.
@@ -68,7 +69,7 @@ BIN = Path(sys.executable).parent
 INVENTORY = common.ROOT / "inventory" / "local.yml"
 VERSIONS = {"A": "0.1.0", "B": "0.2.0", "C": "0.3.0"}
 RELEASES = Path("/tmp/spur-bench-releases")
-UNAVOIDABLE_STEPS = ("healthy", "registered")
+UNAVOIDABLE_STEPS = ("started", "healthy", "registered")
 CALL_TIMEOUT_S = 5.0
 KEEP_FINISHED = {"spur_conf": {"controller": {"min_job_age_secs": 86400}}}
 

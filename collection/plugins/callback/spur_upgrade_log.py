@@ -18,8 +18,9 @@ description:
   - Turns the results of the rolling upgrade's tasks into its event log (docs/upgrading.md describes it) and
     writes the log on the control node after every step, so an interrupted run leaves one.
   - A task is a step of the log when its vars hold C(_spur_upgrade_event) (C(step), C(kind), C(phase) when it
-    is not the one the play's vars name in C(_spur_upgrade_phase), and C(since=run) for a step timed from the
-    start of the run); the
+    is not the one the play's vars name in C(_spur_upgrade_phase), C(since=run) for a step timed from the
+    start of the run, and C(started=STEP) for a restart whose result gives C(start_secs), whose last seconds
+    (the daemon's own start until its probe answers) become a gate event STEP of their own); the
     step's detail is the C(__spur_upgrade_detail) fact the task sets, or else the module's result. The step's
     time is the task's own on that host. The facts C(__spur_upgrade_run) (the plan, the log's path),
     C(__spur_upgrade_outcome) (how a host came out) and C(__spur_upgrade_status) are read from C(set_fact) results.
@@ -137,18 +138,25 @@ class CallbackModule(CallbackBase):
             spec = _plain(spec)
             if spec.get("since") == "run":  # a step that took since the run began (the guard rails)
                 began = float(self.run.get("started") or began)
-            self.events.append(
-                {
-                    "t": round(began, 3),
-                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
-                    "host": host,
-                    "phase": spec.get("phase", self.phase),
-                    "step": spec.get("step", ""),
-                    "kind": spec.get("kind", "info"),
-                    "secs": round(now - began, 3) if spec.get("kind", "info") != "info" else 0.0,
-                    "detail": _plain(detail),
-                }
-            )
+            steps = [(spec.get("step", ""), spec.get("kind", "info"), began, now)]
+            # A restart (spur_service_restart) is work until the new process is spawned, then the daemon's own
+            # start until its probe answers: that part is the gate spec["started"] names.
+            waited = data.get("start_secs") if spec.get("started") and status == "ok" else None
+            if isinstance(waited, (int, float)) and 0 <= waited <= now - began:
+                steps = [(steps[0][0], steps[0][1], began, now - waited), (spec["started"], "gate", now - waited, now)]
+            for step, kind, since, until in steps:
+                self.events.append(
+                    {
+                        "t": round(since, 3),
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)),
+                        "host": host,
+                        "phase": spec.get("phase", self.phase),
+                        "step": step,
+                        "kind": kind,
+                        "secs": round(until - since, 3) if kind != "info" else 0.0,
+                        "detail": _plain(detail),
+                    }
+                )
             changed = True
         if changed:
             self._write()
