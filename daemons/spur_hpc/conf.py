@@ -182,8 +182,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "peers": Key(
             list,
             [],
-            "Raft addresses of every controller, this one included: 1, 3 or 5 entries, each once. A controller "
-            'that holds data runs with the committed membership instead; see "Changing the controllers" below.',
+            "Raft addresses of every controller, this one included: 1, 3 or 5 entries, each once (2 only on the way "
+            "from 3 to 2 to 3, as remove_controllers writes them: empty controllers refuse to form a new cluster of "
+            'two). A controller that holds data runs with the committed membership instead; see "Changing the '
+            'controllers" below.',
             port=RAFT_PORT,
             shown_default="(required)",
         ),
@@ -1070,10 +1072,8 @@ def _validate_controller(conf: Config, hosts: list[str]) -> None:
             f"does not contain this controller's raft_addr {own} (peers: {', '.join(peers)})",
             "add it, or fix raft_addr",
         )
-    if len(peers) == 2:
-        raise _fail(
-            "controller", "peers", "2 controllers cannot survive the loss of either", "use 1, 3 or 5 controllers"
-        )
+    # Two peers are allowed: remove_controllers.yml passes through them (3 -> 2 -> 3 to replace a host) and a member
+    # with data runs with the committed membership. Forming a new cluster of two is refused at the bootstrap.
     if len(peers) == 1:
         _validate_single_controller(c, hosts)
     if not c.election_timeout_min_ms < c.election_timeout_max_ms:

@@ -209,6 +209,15 @@ def test_quorum_refusals_dead_member_and_a_joiner_that_dies(make_cluster):
     assert dead.proc.wait_exit(30) != 0
     assert "refusing to start" in dead.proc.log_text().rsplit("===== start", 1)[-1]
 
+    # The two left take a spur.conf naming the two (as remove_controllers.yml writes it) and restart: a member with
+    # data runs with two peers, and the cluster serves.
+    pair = [leader, live]
+    for m in pair:
+        c.write_conf(m, peers=[x.raft_addr for x in pair], hosts=[x.grpc_addr for x in pair])
+        c.restart(m.index)
+    serving = c.wait_leader(timeout=20, exclude=dead)
+    assert submit_one(c, serving) > 0
+
 
 def test_leader_killed_in_the_middle_of_an_add(make_cluster):
     c = make_cluster(4, start=False)
@@ -235,3 +244,14 @@ def test_leader_killed_in_the_middle_of_an_add(make_cluster):
     assert removed.returncode == 0, removed.stdout + removed.stderr
     want = sorted(m.raft_addr for m in [*rest, e])
     wait_until(lambda: same_state(c, [*rest, e], want), 20, "the three members to agree")
+
+
+def test_empty_controllers_refuse_to_form_a_new_cluster_of_two(make_cluster):
+    # Each refuses once the other answered that it holds no cluster; the other may then wait for an answer instead.
+    c = make_cluster(2, start=False)
+    c.start(wait=False)
+    first = wait_until(lambda: next((m for m in c.members if not m.proc.alive()), None), 60, "a controller to refuse")
+    assert first.proc.wait_exit(5) != 0
+    log = first.proc.log_text()
+    assert "a new cluster of 2 controllers cannot survive the loss of either; use 1, 3 or 5" in log, log
+    assert not c.leaders()

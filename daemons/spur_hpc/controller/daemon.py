@@ -260,6 +260,11 @@ class ControllerDaemon(MemberStatus, Daemon):
             self.joining = decision
             storage.atomic_write(os.path.join(self.paths.state_dir, JOINING_MARKER), b"joining\n")
             return sorted(decision.members)
+        if len(self.peers) == 2:  # allowed in a running cluster (a membership change passes through it), not new
+            raise StartupError(
+                "refusing to start: [controller] peers: a new cluster of 2 controllers cannot survive the loss of "
+                "either; use 1, 3 or 5 controllers"
+            )
         return sorted(self.peers)
 
     def _check_raft_port(self) -> None:
