@@ -3,7 +3,8 @@
 - local (tier 1): inventory/local.yml, three controllers and three agents as host aliases on 127.0.x.N with
   supervisord; no root needed.
 - systemd (tier 2): six systemd-nspawn hosts in network namespaces with real systemd, including the crash
-  and reboot of the leader's host; needs root (tools/testhosts/testhosts.py).
+  and reboot of the leader's host, then the leader's controller removed and added back empty with
+  remove_controllers.yml and add_controllers.yml while a job runs; needs root (tools/testhosts/testhosts.py).
 
 Each scenario deploys with spur.cluster.deploy, runs it again and requires zero changes, checks the cluster
 with the info modules (one leader, every node IDLE, a job COMPLETED) and destroys everything. Molecule runs
@@ -61,3 +62,7 @@ def test_systemd_scenario_survives_the_crash_of_the_leaders_host(molecule_env, t
     assert "[systemd > idempotence] Executed: Successful" in output
     assert "Kill -9 the PID 1 of the leader's host" in output
     assert "Wait for the rebooted controller to rejoin" in output
+    # Issue 23: remove_controllers.yml took the leader's controller out, add_controllers.yml put it back empty.
+    assert "PLAY [2. Remove each controller, one at a time]" in output
+    assert "PLAY [2. Add each new controller, one at a time]" in output
+    assert "Check that the job ended with its own exit code" in output
