@@ -138,6 +138,35 @@ def runtime_decoder_side(side: Side, bin_dir: Path) -> Side:
     return Side(bin_dir, side.env, side.work, jobs=side.jobs)
 
 
+# The session's -t 1 job: Slurm's captures from its submission to the wait for its TIMEOUT show it running, as
+# Slurm's session got through them well within the minute. A loaded machine's replay can take longer, and then
+# the job has rightly timed out on Spur.
+TIME_LIMITED = ("sbatch-timeout", "tmo", 60.0, "scontrol-show-job-timeout")
+
+
+def capture_named(names, suffix: str) -> str:
+    (name,) = [n for n in names if n[4:] == suffix]
+    return name
+
+
+def timed_out_meanwhile(results: dict[str, dict]) -> set[str]:
+    """The captures the replay ran more than the -t 1 job's limit after submitting it, before waiting for its end."""
+    submit, _, limit, end = TIME_LIMITED
+    first, last = capture_named(results, submit), capture_named(results, end)
+    since = results[first]["secs"]
+    return {n for n, r in results.items() if first < n < last and r["secs"] - since >= limit - 5}
+
+
+def without_job(text: str, job_id: int, name: str) -> str:
+    """text without the lines of one job (its id first, as squeue and sacct print it, or its name)."""
+    kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if line.replace("|", " ").split()[:1] != [str(job_id)] and f" {name} " not in f" {line} "
+    ]
+    return "".join(kept)
+
+
 def test_every_capture_of_slurm_replays_on_spur_as_listed(spur_side) -> None:
     side, scratch = spur_side
     meta, captures = load_captures()
@@ -186,10 +215,16 @@ def test_every_capture_of_slurm_replays_on_spur_as_listed(spur_side) -> None:
         versions=[spur_version],
         job_ids=spur_ids,
     )
-    different = []
+    different, late = [], []
+    timed_out = timed_out_meanwhile(results)
+    slurm_tmo = meta["jobs"][TIME_LIMITED[1]]
     for name, capture in captures.items():
         expected, got = shown(capture, slurm_ctx), shown(results[name], spur_ctx)
-        if expected != got:
+        if expected != got and name in timed_out and (
+            without_job(expected, slurm_tmo, TIME_LIMITED[1]) == without_job(got, slurm_tmo, TIME_LIMITED[1])
+        ):
+            late.append(name)  # the -t 1 job alone differs, and its minute had passed: compared, not required
+        elif expected != got:
             different.append(name)
         dump = os.environ.get("SPUR_REPLAY_DUMP")
         if dump:
@@ -199,8 +234,10 @@ def test_every_capture_of_slurm_replays_on_spur_as_listed(spur_side) -> None:
                 errors="surrogateescape",
             )
     unlisted = [n for n in different if n not in listed and n not in varies]
-    stale = [n for n in listed if n not in different]
+    stale = [n for n in listed if n not in different and n not in late]
     print(f"{len(captures)} captures, {len(captures) - len(different)} identical, {len(different)} different")
+    if late:
+        print(f"the -t 1 job had timed out on Spur when these ran (a slow replay): {', '.join(late)}")
     print("\n".join(side.log))  # the waits Spur never satisfied
     problems = []
     if unlisted:

@@ -83,6 +83,7 @@ def run_steps(side: Side, steps: list, wait_timeout=None, strict: bool = True, a
     runs one command (side.run unless given)."""
     names = iter(capture_names_of(steps))
     results = []
+    started = time.monotonic()
     for step in steps:
         if isinstance(step, Wait):
             timeout = wait_timeout(step) if wait_timeout else step.timeout
@@ -91,6 +92,7 @@ def run_steps(side: Side, steps: list, wait_timeout=None, strict: bool = True, a
             continue
         assert isinstance(step, Run)
         resolved = side.resolve(step.cmd)
+        secs = round(time.monotonic() - started, 2)  # when it ran in the session (a job's time limit runs meanwhile)
         proc = run(side, step.cmd) if run is not None else side.run(step.cmd)
         stdout = proc.stdout.decode(errors="surrogateescape")
         if step.job is not None:
@@ -104,6 +106,7 @@ def run_steps(side: Side, steps: list, wait_timeout=None, strict: bool = True, a
                 "rc": proc.returncode,
                 "stdout": stdout,
                 "stderr": proc.stderr.decode(errors="surrogateescape"),
+                "secs": secs,
             }
         )
         if after_read is not None and READ_ONLY.match(step.cmd):
