@@ -19,6 +19,8 @@ description:
   - With O(wait=true), O(state=drained) waits until no job runs on the node (a drain never kills jobs), and
     O(state=resumed) waits until the node's agent is registered and the node takes work.
   - When a drain wait runs out, a drain this task set is undone before the task fails (see O(on_timeout)).
+  - While no controller answers (a network drop on the host the module runs on), every read and every change
+    is tried again for up to 30 seconds before the task fails; a drain, resume or down is safe to repeat.
 author:
   - Spur contributors (!UNKNOWN)
 options:
