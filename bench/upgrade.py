@@ -470,7 +470,8 @@ def ratio_row(run: dict | None, mode: str = "in place") -> dict:
     ok_run = run is not None and run["exit_code"] == 0 and ev.get("status") == "done"
     detail = (
         f"wall {ev['wall_s']:.1f} s = gates {ev['gate_s']:.1f} s + work {ev['work_s']:.1f} s + "
-        f"other {ev['other_s']:.1f} s; unavoidable (gates healthy + registered) {ev['unavoidable_s']:.1f} s; "
+        f"other {ev['other_s']:.1f} s; unavoidable (gates {' + '.join(UNAVOIDABLE_STEPS)}) "
+        f"{ev['unavoidable_s']:.1f} s; "
         f"status {ev['status']}"
         if ev
         else "no event log"
