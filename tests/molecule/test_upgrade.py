@@ -9,7 +9,7 @@ time the two complete 3+3 upgrades took, waiting on gates and doing work, which 
 upgrade_systemd (tier 2, `make test`; needs root): six systemd-nspawn hosts in network namespaces; an
 agent's host crashes before the run (refused, then left out with spur_ignore_unreachable_agents); an in-place
 upgrade under systemd with a job on every node, interrupted with Ctrl-C in each phase and run again; a drained
-upgrade during which a draining node's network drops and the next node's host crashes mid-install, run again.
+upgrade during which the next node's host crashes and a draining node's network drops, run again.
 
 The releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0, D 0.4.0.
 """
