@@ -346,14 +346,20 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def spawn_raft_dies(m: Member, trigger: Path) -> Proc:
-    """Start member m's spurctld under RAFT_DIES: its Raft core dies once `trigger` exists."""
+def spawn_hooked(m: Member, hook: str, script: str, *args: object) -> Proc:
+    """Start member m's spurctld under a test hook: `script` runs instead of the spurctld entry point, with args
+    before --conf (each hook's wrapper reads its own)."""
     m.proc = Proc(
-        f"spurctld-{m.index}-raft-dies",
-        [sys.executable, "-c", RAFT_DIES, str(trigger), "--conf", str(m.conf_path)],
+        f"spurctld-{m.index}-{hook}",
+        [sys.executable, "-c", script, *map(str, args), "--conf", str(m.conf_path)],
         m.root / "spurctld.log",
     ).start()
     return m.proc
+
+
+def spawn_raft_dies(m: Member, trigger: Path) -> Proc:
+    """Start member m's spurctld under RAFT_DIES: its Raft core dies once `trigger` exists."""
+    return spawn_hooked(m, "raft-dies", RAFT_DIES, trigger)
 
 
 # The test hook for the crash between a snapshot's rename and the journal's compaction: a wrapper run instead of the
@@ -378,12 +384,7 @@ sys.exit(main(sys.argv[1:]))
 def spawn_killed_before_compaction(m: Member) -> Proc:
     """Start member m's spurctld under KILLED_BEFORE_COMPACTION: it kills itself at its first snapshot that
     entries follow, after the snapshot's rename and before the journal's compaction."""
-    m.proc = Proc(
-        f"spurctld-{m.index}-killed-before-compaction",
-        [sys.executable, "-c", KILLED_BEFORE_COMPACTION, "--conf", str(m.conf_path)],
-        m.root / "spurctld.log",
-    ).start()
-    return m.proc
+    return spawn_hooked(m, "killed-before-compaction", KILLED_BEFORE_COMPACTION)
 
 
 # A follower whose tick thread is held up just before pysyncobj judges its election deadline: the journal's
@@ -410,12 +411,7 @@ sys.exit(main(sys.argv[1:]))
 def spawn_stalled_sync(m: Member, stall_secs: float) -> Proc:
     """Start member m's spurctld under STALLED_SYNC: every other second its tick thread stalls for stall_secs
     right before pysyncobj decides whether the leader has gone quiet."""
-    m.proc = Proc(
-        f"spurctld-{m.index}-stalled-sync",
-        [sys.executable, "-c", STALLED_SYNC, str(stall_secs), "--conf", str(m.conf_path)],
-        m.root / "spurctld.log",
-    ).start()
-    return m.proc
+    return spawn_hooked(m, "stalled-sync", STALLED_SYNC, stall_secs)
 
 
 def cleanup_all() -> None:
