@@ -7,6 +7,7 @@ message would be about reaching it, not about the input.
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -277,12 +278,16 @@ def test_listings_escape_control_characters_in_values_and_keep_the_format_text()
 
 
 def test_a_loop_over_many_ids_or_nodes_stops_at_the_first_unreachable_controller() -> None:
-    # each write waits up to 15 s for a controller; 65,536 nodes one after the other would take 11 days
-    result = run_command(["scancel", "11", "12", "13"])
+    # each write waits up to 15 s for a controller; 65,536 nodes one after the other would take 11 days.
+    # The two commands wait out their 15 s side by side.
+    with ThreadPoolExecutor(2) as pool:
+        cancel = pool.submit(run_command, ["scancel", "11", "12", "13"])
+        update = pool.submit(run_command, ["scontrol", "update", "NodeName=n[1-4]", "State=DRAIN", "Reason=x"])
+    result = cancel.result()
     assert result.returncode == 1 and b"Traceback" not in result.stderr
     assert result.stderr.count(b"\n") == 1, result.stderr
     assert b"job 11: no controller could answer CancelJob" in result.stderr and b"(2 more not tried)" in result.stderr
-    result = run_command(["scontrol", "update", "NodeName=n[1-4]", "State=DRAIN", "Reason=x"])
+    result = update.result()
     assert result.stderr.count(b"\n") == 1 and b"node n1: no controller" in result.stderr
     assert b"(3 more not tried)" in result.stderr
 
