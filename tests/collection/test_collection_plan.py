@@ -327,6 +327,18 @@ def test_health_of_a_leader_still_on_the_term_held_before_a_follower_restart_is_
     assert tracker.observe(4.1, "b", 6, []) == []
 
 
+def test_health_of_a_leader_that_says_how_long_it_has_held_its_term_is_decided_in_one_look():
+    tracker = HealthTracker(stable_for=3)
+    assert tracker.observe(0.0, "a", 5, [], held_for=4.2) == []
+    # a young term still waits what it lacks, counted from the leader's own start of it
+    tracker = HealthTracker(stable_for=3)
+    assert "stable_for" in tracker.observe(0.0, "a", 6, [], held_for=1.0)[0]
+    assert tracker.observe(2.1, "a", 6, [], held_for=None) == []
+    # nothing else is waived: a problem, or no age (a release before term_secs), waits as before
+    assert HealthTracker(stable_for=3).observe(0.0, "a", 5, ["member c lags"], held_for=9.0) == ["member c lags"]
+    assert HealthTracker(stable_for=3).observe(0.0, "a", 5, [], held_for=None) != []
+
+
 def test_health_with_stable_for_zero_is_immediate():
     assert HealthTracker(0).observe(1.0, "a", 1, []) == []
 

@@ -15,6 +15,7 @@ import xmlrpc.client
 from pathlib import Path
 
 import pytest
+from ansible_collections.spur.cluster.plugins.module_utils.spur_service import supervisord_server
 from ansible_collections.spur.cluster.plugins.modules import spur_service_restart
 from collection_helpers import VENV_BIN, run_module
 
@@ -62,7 +63,7 @@ stdout_logfile={root}/dies.log
 """
     )
     subprocess.run([str(VENV_BIN / "supervisord"), "-c", str(conf)], check=True, timeout=30)
-    server = spur_service_restart.supervisord_server(str(conf))
+    server = supervisord_server(str(conf))
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -55,3 +55,20 @@ def test_a_step_without_start_secs_or_a_failed_restart_stays_one_event(tmp_path,
     _run_step(callback, plain, {"changed": True, "start_secs": 0.2}, 1030.0, 1031.0, monkeypatch)
     assert [(e["step"], e["kind"], e["secs"]) for e in callback.events] == [
         ("swap", "work", 1.0), ("swap", "work", 1.0), ("switch", "work", 1.0)]
+
+
+def test_a_module_that_lists_its_steps_gives_one_event_each_the_first_with_ansibles_time(tmp_path, monkeypatch):
+    callback = _callback(tmp_path)
+    spec = {"_spur_upgrade_event": {"step": "swap", "kind": "work", "started": "started", "steps": True}}
+    steps = [{"step": "dispatch_hold", "kind": "info", "secs": 0.1}, {"step": "switch", "kind": "work", "secs": 0.25},
+             {"step": "swap", "kind": "work", "secs": 0.25}, {"step": "started", "kind": "gate", "secs": 0.5}]
+    _run_step(callback, spec, {"changed": True, "steps": steps, "start_secs": 0.5}, 1010.0, 1012.0, monkeypatch)
+    assert [(e["step"], e["kind"], e["t"], e["secs"]) for e in callback.events] == [
+        ("dispatch_hold", "info", 1010.0, 0.0), ("switch", "work", 1011.0, 0.25), ("swap", "work", 1011.25, 0.25),
+        ("started", "gate", 1011.5, 0.5)]
+    # Steps longer than the task, or malformed, cannot be split: the task stays the restart and its gate.
+    callback.events.clear()
+    _run_step(callback, spec, {"changed": True, "steps": [{"step": "switch", "kind": "work", "secs": 9}],
+                               "start_secs": 0.5}, 1020.0, 1021.0, monkeypatch)
+    _run_step(callback, spec, {"changed": True, "steps": [{"step": "switch"}]}, 1030.0, 1031.0, monkeypatch)
+    assert [(e["step"], e["secs"]) for e in callback.events] == [("swap", 0.5), ("started", 0.5), ("swap", 1.0)]

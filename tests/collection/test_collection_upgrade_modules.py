@@ -82,6 +82,22 @@ def test_preflight_passes_a_healthy_upgrade(fake_cluster):
     assert result["facts"]["running_versions"] == ["1.0.0"]
 
 
+def test_preflight_waits_for_a_stable_leader_first_and_a_leader_that_reports_its_terms_age_takes_one_look(fake_cluster):
+    args = conn(fake_cluster, members=MEMBERS, target_version="1.1.0", target_max_wal_level=2, stable_for=3,
+                health_wait=0.6)
+    # A release before term_secs: the wait watches the term, runs out, and the rules still judge (and pass).
+    result = run_module(spur_preflight, args)
+    assert result["passed"] is True and result["health"]["healthy"] is False
+    assert "stable_for" in result["health"]["unmet"][0] and result["health"]["waited"] >= 0.5
+    for server in fake_cluster.servers:
+        server.routes["/status"][1]["term_secs"] = 12.5
+    result = run_module(spur_preflight, dict(args, health_wait=30))
+    assert result["passed"] is True and result["health"]["healthy"] is True and result["health"]["waited"] < 5
+    assert result["health"]["leader"] and result["health"]["term"] == 3
+    # Without health_wait nothing is waited for, as before.
+    assert run_module(spur_preflight, dict(args, health_wait=0))["health"] is None
+
+
 @pytest.mark.parametrize(
     "extra, needle, override",
     [

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from spur_hpc.controller import daemon as daemon_module
+from spur_hpc.controller import status as status_module
 from spur_hpc.controller.daemon import ControllerDaemon
 from spur_hpc.daemon import EXIT_FATAL
 
@@ -19,6 +20,11 @@ class FakeRaft:
         self.alive = True
         self.core_error: str | None = None
         self.idle = 0.0
+        self.current_term = 3
+        self.leader = "127.0.0.1:6821"  # what pysyncobj still believes: a stuck core never updates it
+
+    def term(self) -> int:
+        return self.current_term
 
     def core_alive(self) -> bool:
         return self.alive
@@ -30,7 +36,7 @@ class FakeRaft:
         return False
 
     def leader_addr(self) -> str | None:
-        return "127.0.0.1:6821"  # what pysyncobj still believes: a stuck core never updates it
+        return self.leader
 
     def isReady(self) -> bool:  # noqa: N802 (pysyncobj's name)
         return True
@@ -48,6 +54,7 @@ class Clock:
 def member(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(daemon_module, "time", clock)
+    monkeypatch.setattr(status_module, "time", clock)
     d = ControllerDaemon()
     d.conf = SimpleNamespace(controller=SimpleNamespace(leaderless_exit_secs=30.0, fatal_exit_grace_secs=10.0))
     d.raft = FakeRaft()
@@ -113,3 +120,17 @@ def test_a_member_stopped_on_purpose_for_a_stall_is_not_made_to_exit(member):
     member.raft_stopped_for_stall = True
     assert member.serving_problem() is None and member._livez()[0] == 200
     assert readyz(member) == (503, "not ready: stalled on a record this release cannot read")
+
+
+def test_the_term_age_counts_from_the_first_look_at_a_term_and_leader_and_starts_again_at_a_change(member):
+    """/status term_secs, kept by the watch's serving_problem() every 0.2 s: the rolling upgrade's health gate
+    judges a stable term from it in one look."""
+    member.serving_problem()
+    member.clock.now += 4.0
+    assert member.term_secs() == 4.0
+    member.raft.current_term = 4  # an election
+    member.serving_problem()
+    member.clock.now += 1.5
+    assert member.term_secs() == 1.5
+    member.raft.leader = None  # no leader: no stable term
+    assert member.term_secs() == 0.0

@@ -20,7 +20,8 @@ description:
   - A task is a step of the log when its vars hold C(_spur_upgrade_event) (C(step), C(kind), C(phase) when it
     is not the one the play's vars name in C(_spur_upgrade_phase), C(since=run) for a step timed from the
     start of the run, and C(started=STEP) for a restart whose result gives C(start_secs), whose last seconds
-    (the daemon's own start until its probe answers) become a gate event STEP of their own); the
+    (the daemon's own start until its probe answers) become a gate event STEP of their own, C(steps=true) for
+    a module whose result lists the steps it did with their kinds and seconds, each becoming an event); the
     step's detail is the C(__spur_upgrade_detail) fact the task sets, or else the module's result. The step's
     time is the task's own on that host. The facts C(__spur_upgrade_run) (the plan, the log's path),
     C(__spur_upgrade_outcome) (how a host came out) and C(__spur_upgrade_status) are read from C(set_fact) results.
@@ -47,6 +48,17 @@ _NOISE = frozenset(
 def _plain(value):
     """Task vars and results as plain JSON values (Ansible may hand over its own str and dict subclasses)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def _step_list(value, secs: float) -> bool:
+    """A module's list of steps, each with step, kind and secs, that fits in the task's secs."""
+    if not isinstance(value, list) or not value:
+        return False
+    try:
+        return all(str(p["step"]) and p["kind"] in ("info", "work", "gate") and float(p["secs"]) >= 0
+                   for p in value) and sum(float(p["secs"]) for p in value) <= secs + 0.01
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def _covered(events: list, kind: str) -> float:
@@ -144,6 +156,16 @@ class CallbackModule(CallbackBase):
             waited = data.get("start_secs") if spec.get("started") and status == "ok" else None
             if isinstance(waited, (int, float)) and 0 <= waited <= now - began:
                 steps = [(steps[0][0], steps[0][1], began, now - waited), (spec["started"], "gate", now - waited, now)]
+            # A module that does several steps in one call (spur_daemon_swap) lists them with their seconds: each
+            # becomes an event, the first one also carrying Ansible's own time for the task.
+            if spec.get("steps") and status == "ok" and _step_list(data.get("steps"), now - began):
+                steps = []
+                until = now
+                for part in reversed(data["steps"]):
+                    since = until - float(part["secs"])
+                    steps.insert(0, [str(part["step"]), str(part["kind"]), since, until])
+                    until = since
+                steps[0][2] = began
             for step, kind, since, until in steps:
                 self.events.append(
                     {

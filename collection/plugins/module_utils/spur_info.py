@@ -18,6 +18,7 @@ PUBLIC_CONTROLLER_KEYS = (
     "name", "url", "reachable", "error", "role", "is_leader", "ready", "leader", "leader_grpc", "term",
     "members", "learners", "member_info", "commit_index", "applied_index", "lag", "version", "build", "wal_level",
     "max_wal_level", "cluster_id", "cluster_name", "raft_addr", "grpc_addr", "phase", "has_quorum", "stalled",
+    "term_secs",
 )
 
 
@@ -144,7 +145,8 @@ class ClusterHealth:
                 if not problems:
                     problems = self.node_problems(connection)
                 leader = view.leader["name"] if view.leader else None
-                unmet = tracker.observe(self.clock(), leader, view.term, problems)
+                held_for = view.leader.get("term_secs") if view.leader else None
+                unmet = tracker.observe(self.clock(), leader, view.term, problems, held_for=held_for)
                 result = summarize(view)
                 result.update(changed=False, healthy=not unmet, unmet=unmet, waited=round(self.clock() - start, 3))
                 if not unmet:

@@ -258,12 +258,18 @@ class HealthTracker:
         self.identity: tuple | None = None
         self.since: float | None = None
 
-    def observe(self, now: float, leader: str | None, term: int | None, problems: list[str]) -> list[str]:
-        """Unmet conditions at time now (the problems plus the stability condition); empty when healthy."""
+    def observe(self, now: float, leader: str | None, term: int | None, problems: list[str],
+                held_for: float | None = None) -> list[str]:
+        """Unmet conditions at time now (the problems plus the stability condition); empty when healthy.
+        held_for: the seconds the leader itself says it has held this term (its /status term_secs; releases
+        before it say nothing): enough of them decide at the first look, instead of watching for stable_for."""
         unmet = list(problems)
         identity = (leader, term) if leader is not None and not problems else None
         if identity != self.identity:
             self.identity, self.since = identity, now
+        if identity is not None and isinstance(held_for, (int, float)) and not isinstance(held_for, bool) \
+                and held_for > now - self.since:
+            self.since = now - held_for
         if identity is not None and now - self.since < self.stable_for and term != self.held_term:
             unmet.append("leader %s has held term %s for %.1f s of the %.1f s asked (stable_for)" % (
                 leader, term, now - self.since, self.stable_for))

@@ -112,7 +112,7 @@ def get_json(url: str, timeout: float) -> dict:
 _CONTROLLER_FIELDS = (
     "role", "leader", "leader_grpc", "term", "members", "learners", "member_info", "commit_index", "applied_index",
     "version", "build", "wal_level", "max_wal_level", "cluster_id", "cluster_name", "raft_addr", "grpc_addr",
-    "phase", "has_quorum", "stalled", "joining",
+    "phase", "has_quorum", "stalled", "joining", "term_secs",
 )
 
 

@@ -13,7 +13,7 @@ from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import (
     SpurUnreachable,
 )
 from ansible_collections.spur.cluster.plugins.module_utils.spur_probes import probe_agent, probe_url
-from ansible_collections.spur.cluster.plugins.module_utils.spur_info import summarize
+from ansible_collections.spur.cluster.plugins.module_utils.spur_info import ClusterHealth, summarize
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import AGENT_PROBE_PORT, RAFT_PORT, with_port
 from ansible_collections.spur.cluster.plugins.module_utils.spur_plan import (
     highest_common_wal_level,
@@ -119,10 +119,24 @@ class Preflight:
         facts["health_problems"] = view.problems(max_lag=params["max_lag"]) if params["upgrade"] else []
         return facts
 
+    def wait_healthy(self) -> dict | None:
+        """health_wait: wait as spur_cluster_health does (best effort: the rules judge what follows)."""
+        params = self.params
+        if not params.get("health_wait") or not params["upgrade"]:
+            return None
+        wait = dict(params, wait_timeout=params["health_wait"], held_term=None, running={}, expected_nodes=[],
+                    poll_interval=0.5)
+        try:
+            seen = ClusterHealth(wait).run()
+        except SpurError as exc:
+            seen = dict(exc.details or {}, healthy=False, unmet=(exc.details or {}).get("unmet") or [exc.message])
+        return {k: seen.get(k) for k in ("healthy", "unmet", "waited", "leader", "term")}
+
     def run(self) -> dict:
+        health = self.wait_healthy()
         facts = self.facts()
         refusals = preflight_refusals(facts)
-        result = dict(changed=False, passed=not refusals, refusals=refusals, facts=facts)
+        result = dict(changed=False, passed=not refusals, refusals=refusals, facts=facts, health=health)
         if refusals:
             lines = []
             for r in refusals:

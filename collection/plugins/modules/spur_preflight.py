@@ -83,6 +83,20 @@ options:
       - The most entries a member may be behind the leader for the health rule.
     type: int
     default: 100
+  health_wait:
+    description:
+      - For an upgrade, seconds to wait first for a healthy cluster with a stable leader, as
+        M(spur.cluster.spur_cluster_health) does (a controller may still be starting after an interrupted run),
+        before the rules judge what the controllers say. V(0) judges the first look. What the wait saw is in
+        RV(health); the rules then judge the cluster as it is, whether the wait ended healthy or not.
+    type: float
+    default: 0
+  stable_for:
+    description:
+      - With O(health_wait), the seconds one leader must have held its term. A controller that reports how long
+        its term has lasted (C(term_secs)) lets one look decide.
+    type: float
+    default: 3
 extends_documentation_fragment:
   - spur.cluster.connection
 attributes:
@@ -139,6 +153,12 @@ facts:
       cluster_wal_level, cluster_id and health_problems.
   returned: always
   type: dict
+health:
+  description:
+    - With O(health_wait), what the wait saw last (C(healthy), C(unmet), C(waited), C(leader), C(term)); null
+      without it.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -161,6 +181,8 @@ def argument_spec() -> dict:
         allow_downgrade=dict(type="bool", default=False),
         require_healthy=dict(type="bool", default=True),
         max_lag=dict(type="int", default=100),
+        health_wait=dict(type="float", default=0),
+        stable_for=dict(type="float", default=3),
     )
     return spec
 

@@ -8,6 +8,7 @@ phase, members, identity, had_data, raft_stopped_for_stall, accounting, addresse
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,20 @@ class MemberStatus:
             "/metrics/nodes": self._metrics_nodes,
             "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.collector)),
         }
+
+    def term_secs(self) -> float:
+        """Seconds this member has known the current term with the same leader (0 without a leader), so a rolling
+        upgrade's health gate decides "a stable term" in one look instead of watching it for stable_for seconds.
+        Kept by serving_problem(), which the member's watch calls every 0.2 s, and by status()."""
+        raft = self.raft
+        if raft is None:
+            return 0.0
+        seen = (raft.term(), raft.leader_addr())
+        now = time.monotonic()
+        mark = getattr(self, "_term_mark", None)
+        if mark is None or mark[0] != seen:
+            mark = self._term_mark = (seen, now)
+        return round(now - mark[1], 1) if seen[1] is not None else 0.0
 
     def _state_reader(self, fn):
         return self.raft.read(fn) if self.raft is not None else None
@@ -101,6 +116,7 @@ class MemberStatus:
             disk_full=raft.disk.full_reason(),  # None, or why this member refuses writes and replicated entries
             connected_peers=raft.connected_peers(),
             leaving=raft.leaving(),  # removed controllers still sent the log for a few seconds
+            term_secs=self.term_secs(),
         )
         if role == "leader":
             base["lag"] = {m: max(0, commit - idx) for m, idx in raft.follower_match().items()}
@@ -192,6 +208,7 @@ class MemberStatus:
         raft = self.raft
         if raft is None or self.raft_stopped_for_stall:
             return None
+        self.term_secs()  # the watch's look every 0.2 s keeps the term's age (status() reads it)
         if not raft.core_alive():
             return f"the Raft core stopped (its tick thread died: {raft.core_error or 'no exception recorded'})"
         bound = self.conf.controller.leaderless_exit_secs

@@ -1,0 +1,68 @@
+"""Unit tests of the spur.cluster module spur_daemon_swap (a rolling upgrade turn's hold, switch and restart in one
+call): the steps run in that order and report their seconds, no hold is asked without hold_node, and a switch that
+fails restarts nothing. The three parts are the modules' own code (spur_dispatch_hold, spur_release,
+spur_service_restart), tested in their own files; here they are replaced by recorders."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurError
+from ansible_collections.spur.cluster.plugins.modules import spur_daemon_swap
+
+PARAMS = {"name": "spurd", "manager": "supervisord", "supervisord_conf": "/x/supervisord.conf",
+          "probe": "127.0.0.1:6823", "ready_path": "/readyz", "start_timeout": 30.0, "log_lines": 10,
+          "release": {"src": "/r", "prefix": "/opt/spur", "bin_dir": None, "python": None},
+          "hold_node": "n1", "hold_on_unsupported": "skip", "controllers": ["http://127.0.0.1:1"]}
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    done: list = []
+
+    class Hold:
+        def __init__(self, params):
+            done.append(("hold", params["name"], params["hold_secs"], params["on_unsupported"]))
+
+        def run(self):
+            return {"changed": True, "held": True, "hold_until": 99.0, "wal_level": 5, "warnings": []}
+
+    class Release:
+        def __init__(self, params):
+            self.params = params
+
+        def run(self):
+            done.append(("switch", self.params["src"], self.params["state"]))
+            if self.params["src"] == "/broken":
+                raise SpurError("the release installer failed (exit 1): boom")
+            return {"changed": True, "release_id": "0.2.0-abc"}
+
+    def restart(params, run_command):
+        done.append(("restart", params["name"], params["timeout"]))
+        return {"changed": True, "pid": 7, "stop_secs": 0.2, "start_secs": 0.5}
+
+    monkeypatch.setattr(spur_daemon_swap, "DispatchHold", Hold)
+    monkeypatch.setattr(spur_daemon_swap, "ReleaseInstall", Release)
+    monkeypatch.setattr(spur_daemon_swap, "restart", restart)
+    return done
+
+
+def test_hold_then_switch_then_restart_each_timed(calls):
+    clock = itertools.count(0.0, 0.25).__next__  # each look at the clock is a quarter second later
+    result = spur_daemon_swap.swap(dict(PARAMS), None, clock=clock)
+    assert calls == [("hold", "n1", 0, "skip"), ("switch", "/r", "current"), ("restart", "spurd", 30.0)]
+    assert result["changed"] is True and result["release_id"] == "0.2.0-abc" and result["pid"] == 7
+    assert result["hold"] == {"held": True, "hold_until": 99.0, "wal_level": 5}
+    assert [(s["step"], s["kind"]) for s in result["steps"]] == [
+        ("dispatch_hold", "info"), ("switch", "work"), ("swap", "work"), ("started", "gate")]
+    assert [s["secs"] for s in result["steps"]] == [0.25, 0.25, 0.0, 0.5]
+
+
+def test_no_hold_without_hold_node_and_no_restart_after_a_failed_switch(calls):
+    result = spur_daemon_swap.swap(dict(PARAMS, hold_node=None), None)
+    assert [c[0] for c in calls] == ["switch", "restart"] and result["hold"] is None
+    calls.clear()
+    with pytest.raises(SpurError, match="installer failed"):
+        spur_daemon_swap.swap(dict(PARAMS, release=dict(PARAMS["release"], src="/broken")), None)
+    assert [c[0] for c in calls] == ["hold", "switch"]
