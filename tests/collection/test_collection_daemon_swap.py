@@ -63,6 +63,8 @@ def test_no_hold_without_hold_node_and_no_restart_after_a_failed_switch(calls):
     result = spur_daemon_swap.swap(dict(PARAMS, hold_node=None), None)
     assert [c[0] for c in calls] == ["switch", "restart"] and result["hold"] is None
     calls.clear()
-    with pytest.raises(SpurError, match="installer failed"):
+    with pytest.raises(SpurError) as failed:
         spur_daemon_swap.swap(dict(PARAMS, release=dict(PARAMS["release"], src="/broken")), None)
     assert [c[0] for c in calls] == ["hold", "switch"]
+    assert failed.value.fail_result()["msg"] == (
+        "switching to the staged release (spurd not restarted): the release installer failed (exit 1): boom")

@@ -191,14 +191,23 @@ def swap(params: dict, run_command, clock=time.monotonic) -> dict:
 
     since = clock()
     if params.get("hold_node"):
-        hold = DispatchHold(dict(params, name=params["hold_node"], hold_secs=0,
-                                 on_unsupported=params["hold_on_unsupported"])).run()
+        try:
+            hold = DispatchHold(dict(params, name=params["hold_node"], hold_secs=0,
+                                     on_unsupported=params["hold_on_unsupported"])).run()
+        except SpurError as exc:  # say which step failed: nothing was switched or restarted
+            exc.message = "holding dispatch to node %s (nothing switched or restarted yet): %s" % (
+                params["hold_node"], exc.message)
+            raise
         result["warnings"] = hold.pop("warnings", [])
         result.update(hold=dict(held=hold["held"], hold_until=hold["hold_until"], wal_level=hold["wal_level"]),
                       changed=hold["changed"])
         step("dispatch_hold", "info", since)
     since = clock()
-    switched = ReleaseInstall(dict(params["release"], release=None, state="current")).run()
+    try:
+        switched = ReleaseInstall(dict(params["release"], release=None, state="current")).run()
+    except SpurError as exc:  # the daemon still runs its old release, untouched
+        exc.message = "switching to the staged release (%s not restarted): %s" % (params["name"], exc.message)
+        raise
     result.update(release_id=switched["release_id"], changed=result["changed"] or switched["changed"])
     step("switch", "work", since)
     since = clock()
