@@ -168,6 +168,8 @@ def main() -> None:
                     spy.wait(30)
             leader_cpu = (cpu["c1"] - cpu["c0"]) / (cpu["t1"] - cpu["t0"])
             result["leader_cpu_cores"] = leader_cpu
+            # per answered heartbeat: on a loaded machine fewer than offered are answered, and the share alone flatters
+            result["leader_cpu_ms_per_heartbeat"] = leader_cpu * 1000 / max(result["achieved_per_s"], 1e-9)
             still_leader = cluster.wait_leader(timeout=10) is leader
             result["leader_unchanged"] = still_leader
             print(
@@ -185,10 +187,11 @@ def main() -> None:
             f"{opts.agents:,} simulated agents heartbeating at {opts.rate:g} Hz",
             [
                 common.check("p99", result["p99_s"] * 1000, "<=", 20, "ms"),
-                common.check("leader CPU", leader_cpu * 100, "<=", 50, "%"),
+                common.check("leader CPU", leader_cpu * 100, "<=", 25, "%"),  # issue 20: a quarter of a core
             ],
             detail=f"p50 {result['p50_s'] * 1000:.1f} ms, {result['achieved_per_s']:.0f}/s answered, "
-            f"{result['reregister']} re-register answers",
+            f"{result['leader_cpu_ms_per_heartbeat']:.2f} ms of leader CPU each, {result['reregister']} re-register "
+            "answers",
         )
     ]
     result.update(

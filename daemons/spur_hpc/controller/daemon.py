@@ -58,7 +58,7 @@ class ControllerDaemon(MemberStatus, Daemon):
         self.service: ControllerService | None = None
         self.duties: LeaderDuties | None = None
         self.membership: Membership | None = None
-        self.grpc_server: grpc.Server | None = None
+        self.grpc_server: grpcutil.AioServer | None = None
         self.probe: ProbeServer | None = None
         self.members: list[str] = []
         self.had_data = False
@@ -208,9 +208,11 @@ class ControllerDaemon(MemberStatus, Daemon):
 
     def _start_servers(self) -> None:
         try:
-            server, _port = grpcutil.create_server(self.grpc_addr, self.conf.controller.grpc_workers)
-            slurm_pb2_grpc.add_SlurmControllerServicer_to_server(ControllerServicer(self), server)
-            raft_internal_pb2_grpc.add_RaftInternalServicer_to_server(RaftInternalServicer(self), server)
+            # grpc.aio on one loop thread: the coroutine handlers run there, the others in
+            # the grpc_workers pool (docs/controller.md, "The API server")
+            server, _port = grpcutil.create_aio_server(self.grpc_addr, self.conf.controller.grpc_workers)
+            server.add(slurm_pb2_grpc.add_SlurmControllerServicer_to_server, ControllerServicer(self))
+            server.add(raft_internal_pb2_grpc.add_RaftInternalServicer_to_server, RaftInternalServicer(self))
             server.start()
             self.grpc_server = server
             self.probe = ProbeServer(self.conf.controller.probe_addr, self.probe_routes())

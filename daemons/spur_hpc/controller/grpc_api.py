@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -33,29 +34,49 @@ _CODES = [
 
 
 def rpc(method: Callable) -> Callable:
-    """Map domain errors to gRPC status codes; an unexpected error is logged and answered INTERNAL."""
+    """Map domain errors to gRPC status codes; an unexpected error is logged and answered INTERNAL. A coroutine
+    method (run on the server's event loop) gets a coroutine wrapper, a plain one (run in its thread pool) a plain
+    wrapper: the same answers either way."""
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def async_wrapper(self, request, context):
+            try:
+                return await method(self, request, context)
+            except Exception as exc:
+                code, details = _refusal(method.__name__, exc, context)
+            await context.abort(code, details)
+
+        return async_wrapper
 
     @functools.wraps(method)
     def wrapper(self, request, context):
         try:
             return method(self, request, context)
-        except errors.ControllerError as exc:
-            for cls, code in _CODES:
-                if isinstance(exc, cls):
-                    if isinstance(exc, errors.NotLeader) and exc.leader:
-                        context.set_trailing_metadata(((grpcutil.LEADER_METADATA_KEY, exc.leader),))
-                    if isinstance(exc, errors.SlurmRefusal):
-                        context.set_trailing_metadata(((errors.SLURM_ERROR_METADATA_KEY, exc.slurm_error),))
-                    context.abort(code, str(exc))
-            context.abort(grpc.StatusCode.INTERNAL, str(exc))
-        except ValueError as exc:
-            # protobuf enum/field conversions
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Exception:
-            log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__} failed inside the controller; see its log")
+        except Exception as exc:
+            code, details = _refusal(method.__name__, exc, context)
+        context.abort(code, details)
 
     return wrapper
+
+
+def _refusal(name: str, exc: Exception, context) -> tuple[grpc.StatusCode, str]:
+    """The status code and details an error from a handler is answered with; sets the trailing metadata that
+    goes with it (the leader a NotLeader names, the Slurm error a SlurmRefusal carries)."""
+    if isinstance(exc, errors.ControllerError):
+        trailing = []
+        if isinstance(exc, errors.NotLeader) and exc.leader:
+            trailing.append((grpcutil.LEADER_METADATA_KEY, exc.leader))
+        if isinstance(exc, errors.SlurmRefusal):
+            trailing.append((errors.SLURM_ERROR_METADATA_KEY, exc.slurm_error))
+        if trailing:
+            context.set_trailing_metadata(tuple(trailing))
+        code = next((code for cls, code in _CODES if isinstance(exc, cls)), grpc.StatusCode.INTERNAL)
+        return code, str(exc)
+    if isinstance(exc, ValueError):  # protobuf enum/field conversions
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    log.error("%s failed", name, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"{name} failed inside the controller; see its log"
 
 
 # ------------------------------------------------------------------ conversions
@@ -331,7 +352,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         )
 
     @rpc
-    def Heartbeat(self, request, context):
+    async def Heartbeat(self, request, context):
+        # On the event loop: leader-local bookkeeping and reads under the state lock, never a Raft write.
         self.node.authz.require_admin(self.node.authz.caller(context), "act as a node agent")
         self.service.require_leader()
         known = self.service.read(lambda s: request.name in s.nodes and s.nodes[request.name]["registered"])
