@@ -168,6 +168,8 @@ def main() -> None:
                     spy.wait(30)
             leader_cpu = (cpu["c1"] - cpu["c0"]) / (cpu["t1"] - cpu["t0"])
             result["leader_cpu_cores"] = leader_cpu
+            for key in ("p50_s", "p99_s"):  # no heartbeat answered in the window (a loaded machine, an election)
+                result[key] = float("nan") if result[key] is None else result[key]
             # per answered heartbeat: on a loaded machine fewer than offered are answered, and the share alone flatters
             result["leader_cpu_ms_per_heartbeat"] = leader_cpu * 1000 / max(result["achieved_per_s"], 1e-9)
             still_leader = cluster.wait_leader(timeout=10) is leader
