@@ -19,7 +19,8 @@ Each machine starts in a cgroup of its own in this machine's cgroup v1 memory, c
 so a spurd there could enforce no job's limits (docs/agent.md, "What each test tier enforces").
 
 Ansible reaches a machine with the community.docker.nsenter connection and ansible_nsenter_pid set to the
-machine's PID 1, which DIR/NAME.pid holds (rewritten by every boot).
+machine's PID 1, which DIR/NAME.pid holds (rewritten by every boot). The tier 2 scenarios use spur_nsenter
+(connection_plugins/ beside this file), the same connection with pipelining: one process per module, not seven.
 
 Needs root, iproute2 and systemd-nspawn (Debian: systemd-container, installed here when missing).
 """
