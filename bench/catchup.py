@@ -87,11 +87,11 @@ def fmt_s(value: float | None, deadline: float) -> str:
     return f"> {deadline:.0f} s (deadline)" if value is None else f"{value:.2f} s"
 
 
-def profile(folder: str | None, m, name: str):
+def profile(folder: str | None, m, name: str, idle: bool = True):
     if not folder:
         return None
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return common.py_spy_start(m.proc.pid, 60, Path(folder) / name, idle=True)
+    return common.py_spy_start(m.proc.pid, 60, Path(folder) / name, idle=idle)
 
 
 def stop_profile(spy) -> None:
@@ -162,11 +162,14 @@ def restarted_follower(cluster, opts, spec, fill_patches, rates) -> dict:
     leader2, term1, target = leader_facts(cluster)
     print(f"backlog: {target - before} entries (leader term {term0} -> {term1})", flush=True)
     t0 = time.monotonic()
+    # the leader's CPU only (no idle samples): where its time goes while it sends the backlog
+    leader_spy = profile(opts.profile, leader2, "catchup-restarted-leader.raw", idle=False)
     cluster.spawn(follower)
     spy = profile(opts.profile, follower, "catchup-restarted.raw")
     t1 = wait_applied(follower, target, opts.deadline, ready=False, cluster=cluster)
     t2 = wait_applied(follower, target, 60, ready=True, cluster=cluster) if t1 is not None else None
     stop_profile(spy)
+    stop_profile(leader_spy)
     time.sleep(3.0)
     leader3, term2, _ = leader_facts(cluster)
     out = {

@@ -32,7 +32,7 @@ from pysyncobj.pickle import to_bytes
 from pysyncobj.pipe_notifier import PipeNotifier
 
 from spur_hpc.controller import wal
-from spur_hpc.controller.raft_transport import GuardedTransport, pysyncobj_clock
+from spur_hpc.controller.raft_transport import RAFT_BATCH_BYTES, GuardedTransport, pysyncobj_clock
 from spur_hpc.controller.state import ClusterState
 
 log = logging.getLogger("spurctld.raft")
@@ -416,6 +416,9 @@ def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
         password=s.password,
         autoTick=False,
         appendEntriesUseBatch=True,
+        # larger batches for a follower that is behind (raft_transport.RAFT_BATCH_BYTES)
+        appendEntriesBatchSizeBytes=RAFT_BATCH_BYTES,
+        logCompactionBatchSize=RAFT_BATCH_BYTES,
         appendEntriesPeriod=s.append_entries_period,
         autoTickPeriod=min(0.01, s.append_entries_period / 2),
         raftMinTimeout=_NO_ELECTION_SECS if hold else s.election_min,
@@ -669,6 +672,39 @@ class SpurRaft(SyncObj):
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):  # noqa: N802, N803
         self._sync_journal()  # a follower's answer to one AppendEntries: its entries synced once
         SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
+
+    # ---------------------------------------------------------------- catch-up
+    # pysyncobj's leader sends a follower that is behind several AppendEntries in one tick (up to
+    # appendEntriesPeriod of sending), moving nextIndex past each, but the first acknowledgement then set nextIndex
+    # back to just after that batch: every batch still in flight was sent again, and each duplicate made the
+    # follower truncate and re-append the entries after it (pysyncobj truncates from prevLogIdx + 1 whenever it has
+    # more entries; "truncating already-applied log entries" in the log). A 50,000-entry catch-up on a loaded host
+    # took 136 s, with 23 elections. Here a success moves nextIndex forward only; a reset (a mismatch) still moves it
+    # back, as Raft has it.
+
+    def _SyncObj__onMessageReceived(self, node, message):  # noqa: N802 (pysyncobj's private name)
+        if (
+            message.get("type") == "next_node_idx"
+            and message.get("success")
+            and not message.get("reset")
+            and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER
+        ):
+            sent = self._SyncObj__raftNextIndex.get(node)
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+            nxt = self._SyncObj__raftNextIndex
+            if sent is not None and node in nxt and nxt[node] < sent:
+                nxt[node] = sent  # batches past the acknowledged one are in flight: not sent again
+            return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _SyncObj__onBecomeLeader(self):  # noqa: N802 (pysyncobj's private name)
+        """A snapshot transmission begun in an earlier term of this member (it kept its position while another
+        led) would go on from the middle of the file: the follower, which began the file again from another
+        leader's first chunk, appended the rest to it and could not load it ("invalid load key"). Begin anew."""
+        serializer = self._SyncObj__serializer
+        for node in list(self._SyncObj__otherNodes | self._SyncObj__readonlyNodes):
+            serializer.cancelTransmisstion(node)
+        SyncObj._SyncObj__onBecomeLeader(self)
 
     @property
     def self_addr(self) -> str:

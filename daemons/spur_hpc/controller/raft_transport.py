@@ -31,12 +31,19 @@ log = logging.getLogger("spurctld.raft")
 # Handshake frames (a 32-byte random key, a node address, 'readonly', a syncobj_admin command) are a few
 # hundred bytes once pickled, compressed and encrypted.
 HANDSHAKE_FRAME_MAX = 64 * 1024
+# One AppendEntries carries up to this many bytes of entries, and a snapshot travels in chunks of this size
+# (raft.make_syncobj_conf). pysyncobj's default, 64 KiB, made a 50,000-entry backlog some 250 messages, each
+# synced and acknowledged by the follower on its own, and a 13 MB snapshot 210 encrypted messages. Not larger:
+# each message is compressed and encrypted on the tick thread at once, and with 1 MiB (and 1 MiB socket reads)
+# the kill -9 fault test of a follower failed twice on a host at load average 30 (a member's ListJobs timed out).
+RAFT_BATCH_BYTES = 256 * 1024
 # A peer's frame holds at most one AppendEntries batch: entries are added until appendEntriesBatchSizeBytes
-# (64 KiB) is reached, so the last one can be a whole record, and a record comes from one gRPC request
-# (at most the gRPC message limit). Snapshots travel in logCompactionBatchSize chunks (64 KiB). Fernet's
-# base64 adds a third; twice that leaves a wide margin.
+# (RAFT_BATCH_BYTES, 256 KiB; 64 KiB before) is reached, so the last one can be a whole record, and a record
+# comes from one gRPC request (at most the gRPC message limit, 64 MiB). Snapshots travel in logCompactionBatchSize
+# chunks (the same size). Fernet's base64 adds a third; twice that leaves a wide margin (and a release that
+# allowed for 64 KiB batches, with the same formula, accepts these: the gRPC limit dominates).
 _GRPC_LIMIT = dict(grpcutil._CHANNEL_OPTIONS)["grpc.max_receive_message_length"]
-PEER_FRAME_MAX = 2 * (_GRPC_LIMIT * 4 // 3 + 2 * 64 * 1024)
+PEER_FRAME_MAX = 2 * (_GRPC_LIMIT * 4 // 3 + 2 * RAFT_BATCH_BYTES)
 # Bytes read from one connection per poll event: the tick thread gets back to Raft in between.
 READ_BUDGET = 1024 * 1024
 # Inbound connections that have not completed the handshake; a peer completes it in two round trips.
@@ -46,8 +53,8 @@ LOG_EVERY_SECS = 10.0
 
 _LENGTH = struct.Struct("i")  # pysyncobj's framing: native signed 32-bit length
 
-# The read path replaced below: if a pysyncobj release renamed it, the bounds would silently not apply.
-for _name in ("_TcpConnection__tryReadBuffer", "_TcpConnection__processParseMessage"):
+# The read and write paths replaced below: if a pysyncobj release renamed it, the bounds would silently not apply.
+for _name in ("_TcpConnection__tryReadBuffer", "_TcpConnection__processParseMessage", "_TcpConnection__processSend"):
     if not callable(getattr(TcpConnection, _name, None)):
         raise ImportError(f"pysyncobj's TcpConnection has no {_name}: this pysyncobj release is not supported")
 
@@ -122,6 +129,47 @@ class GuardedConnection(TcpConnection):
         )
         self.disconnect()
         return None
+
+    # The write side: pysyncobj's write buffer is bytes, grown with += and trimmed with [sent:] after every
+    # send(), each a copy of all that is still unsent. A leader sending a follower a backlog holds megabytes
+    # there, and these copies were 40 % of its tick thread (bench/catchup.py --profile): slow enough that the
+    # other follower's heartbeats came late and it stood for election. A bytearray appends and drops its front
+    # in place.
+
+    def _write_buffer(self) -> bytearray:
+        buf = self._TcpConnection__writeBuffer
+        if type(buf) is not bytearray:  # connect() and disconnect() reset it to bytes()
+            buf = self._TcpConnection__writeBuffer = bytearray(buf)
+        return buf
+
+    def send(self, message):
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = zlib.compress(pysyncobj_pickle.dumps(message), 3)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(pysyncobj_clock()))
+        buf = self._write_buffer()
+        buf += _LENGTH.pack(len(data))
+        buf += data
+        self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__processSend(self):  # noqa: N802 (replaces pysyncobj's, same outcomes)
+        buf = self._write_buffer()
+        if not buf:
+            return False
+        try:
+            sent = self._TcpConnection__socket.send(buf)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self.disconnect()
+            return False
+        if sent < 0:
+            self.disconnect()
+            return False
+        if sent == 0:
+            return False
+        del buf[:sent]
+        return True
 
     def _TcpConnection__tryReadBuffer(self):  # noqa: N802 (replaces pysyncobj's)
         budget = READ_BUDGET
