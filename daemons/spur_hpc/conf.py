@@ -248,8 +248,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "grpc_workers": Key(
             int,
             128,
-            "Threads of the gRPC server for the calls that block (all but Heartbeat and SubmitJob, which run on its "
-            "event loop); an in-flight write among them holds one while it waits for the Raft commit.",
+            "Threads of the gRPC server for the calls that block (all but Heartbeat, which runs on its event loop); "
+            "an in-flight write among them holds one while it waits for the Raft commit.",
             min=1,
             max=4096,
         ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -453,16 +452,11 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         return node_to_pb(self.service.get_node(request.name))
 
     @rpc
-    async def SubmitJob(self, request, context):
-        # On the event loop: the checks are reads under the state lock; the commit is awaited (service.submit_async).
+    def SubmitJob(self, request, context):
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
-        # Slurm's AllocNode: the client's address, resolved (a lookup not made before waits in a thread, not here)
-        alloc_node = peer_names.known_host_of(context.peer())
-        if alloc_node is None:
-            alloc_node = await asyncio.get_running_loop().run_in_executor(None, peer_names.host_of, context.peer())
-        spec["alloc_node"] = alloc_node
+        spec["alloc_node"] = peer_names.host_of(context.peer())  # Slurm's AllocNode: the client's address, resolved
         if spec.get("nice", 0) < 0:  # a negative nice raises the job's priority over other users' jobs
             self._require_operator(who, "submit with a negative --nice")
         if request.test_only:  # sbatch --test-only: checked like a submit, answered, nothing written
@@ -470,7 +464,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             now = self.service.clock()
             estimate, nodes = self.service.read(lambda s: placement.test_only(s, spec, now, self.service.partitions))
             return slurm_pb2.SubmitJobReply(start_estimate=estimate, nodes=nodes)
-        job_id, duplicate = await self.service.submit_async(spec, request.idempotency_key, submitter_uid=who.uid)
+        job_id, duplicate = self.service.submit(spec, request.idempotency_key, submitter_uid=who.uid)
         self.node.poke_scheduler()
         return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
 

@@ -38,12 +38,6 @@ def _resolve(address: str) -> None:
         _names[address] = name.split(".", 1)[0] if name != address else name  # Slurm shows the short name
 
 
-def known_host_of(peer: str) -> str | None:
-    """host_of(peer) when an earlier lookup answered it (no wait), else None."""
-    with _lock:
-        return _names.get(address_of(peer))
-
-
 def host_of(peer: str) -> str:
     """The client's host name (short form), or its address when it has none or the lookup is slow."""
     address = address_of(peer)

@@ -12,7 +12,6 @@ own dynamic membership is left off, see follow_membership.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import mmap
@@ -946,40 +945,6 @@ class SpurRaft(SyncObj):
 
     def propose(self, record: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Commit one record and return its result; raises a RaftError subclass or WalLevelError."""
-        self._check_proposal(record)
-        try:
-            return self.apply_record(record, sync=True, timeout=timeout)
-        except _syncobj_module.SyncObjException as exc:
-            raise self._failed(exc.errorCode, timeout) from None
-
-    async def propose_async(self, record: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """propose() for a coroutine on an event loop: the commit settles a future from the tick thread (pysyncobj's
-        callback), so no thread waits for it. Raises what propose() raises."""
-        self._check_proposal(record)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
-
-        def settle(result, error) -> None:
-            if not future.done():  # a timed-out wait cancelled it
-                future.set_result((result, error))
-
-        def done(result, error) -> None:  # on the tick thread (or at once, on this one, for a refusal)
-            try:
-                loop.call_soon_threadsafe(settle, result, error)
-            except RuntimeError:  # the loop has closed: the server stopped, nobody waits for the answer
-                pass
-
-        self.apply_record(record, callback=done)
-        try:
-            result, error = await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            raise self._failed("Timeout", timeout) from None
-        if error != _syncobj_module.FAIL_REASON.SUCCESS:
-            raise self._failed(error, timeout)
-        return result
-
-    def _check_proposal(self, record: dict[str, Any]) -> None:
-        """What refuses a write before it reaches the log: a stalled state, a WAL level, a full disk, no leader."""
         with self._lock:
             if self._state.stalled is not None:
                 raise StalledError(f"this controller stopped applying the log: {self._state.stalled['reason']}")
@@ -988,12 +953,15 @@ class SpurRaft(SyncObj):
         self.disk.check()
         if self.leader_addr() is None and not self._conf.commandsWaitLeader:
             raise NoLeaderError("no leader")
-
-    def _failed(self, code, timeout: float) -> RaftError:
-        """The error for a write pysyncobj did not complete (its FAIL_REASON, or "Timeout")."""
-        if code == _syncobj_module.FAIL_REASON.MISSING_LEADER or (code == "Timeout" and self.leader_addr() is None):
-            return NoLeaderError("no controller is leader right now (no quorum or an election is running)")
-        return UnknownOutcomeError(f"the write did not complete in {timeout:.1f} s ({code}); its outcome is unknown")
+        try:
+            return self.apply_record(record, sync=True, timeout=timeout)
+        except _syncobj_module.SyncObjException as exc:
+            code = exc.errorCode
+            if code == _syncobj_module.FAIL_REASON.MISSING_LEADER or (code == "Timeout" and self.leader_addr() is None):
+                raise NoLeaderError("no controller is leader right now (no quorum or an election is running)") from None
+            raise UnknownOutcomeError(
+                f"the write did not complete in {timeout:.1f} s ({code}); its outcome is unknown"
+            ) from None
 
     # ---------------------------------------------------------------- reads
 

@@ -121,18 +121,26 @@ class ControllerService:
         record = wal.make_record(op, **fields)
         try:
             result = self.raft.propose(record, self.timeout)
-        except _PROPOSE_ERRORS as exc:
-            raise _write_error(exc) from None
-        return _write_result(result)
-
-    async def write_async(self, op: str, **fields: Any) -> dict[str, Any]:
-        """write() for a coroutine on the API server's event loop: it awaits the commit, no thread waits."""
-        record = wal.make_record(op, **fields)
-        try:
-            result = await self.raft.propose_async(record, self.timeout)
-        except _PROPOSE_ERRORS as exc:
-            raise _write_error(exc) from None
-        return _write_result(result)
+        except wal.WalLevelError as exc:
+            raise errors.Conflict(str(exc)) from None
+        except NoLeaderError as exc:
+            raise errors.Unavailable(str(exc)) from None
+        except UnknownOutcomeError as exc:
+            raise errors.Unavailable(
+                f"{exc}; retry (a submission retried with the same key is not duplicated)"
+            ) from None
+        except (StalledError, DiskFullError) as exc:
+            raise errors.Unavailable(str(exc)) from None
+        if result.get("ok"):
+            return result
+        code, message = result.get("code"), result.get("message", "refused")
+        if code == "not_found":
+            raise errors.NotFound(message)
+        if code == "invalid":
+            raise errors.InvalidArgument(message)
+        if code == "stalled":
+            raise errors.Unavailable(message)
+        raise errors.Conflict(message)
 
     def read(self, fn: Callable[[ClusterState], Any]) -> Any:
         return self.raft.read(fn)
@@ -541,24 +549,6 @@ class ControllerService:
 
     def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
         """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
-        earlier, fields = self._submission(spec, key, submitter_uid)
-        if earlier is not None:
-            return earlier, True
-        result = self.write("job_submit", **fields)
-        return result["job_id"], result["duplicate"]
-
-    async def submit_async(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
-        """submit() on the API server's event loop: checked there (reads under the state lock), commit awaited."""
-        earlier, fields = self._submission(spec, key, submitter_uid)
-        if earlier is not None:
-            return earlier, True
-        result = await self.write_async("job_submit", **fields)
-        return result["job_id"], result["duplicate"]
-
-    def _submission(
-        self, spec: dict[str, Any], key: str, submitter_uid: int | None
-    ) -> tuple[int | None, dict[str, Any]]:
-        """A submission checked: (the job an earlier use of the key made, {}) or (None, the job_submit fields)."""
         self._check_text("idempotency_key", key, 128)
         time_given = bool(spec.get("time_limit_secs"))
         spec = self.validate_spec(spec)
@@ -567,7 +557,7 @@ class ControllerService:
         if key:
             earlier = self.read(lambda s: s.find_submission(uid, key))
             if earlier is not None:
-                return earlier, {}
+                return earlier, True
         # The record carries the scoped key, so every member (of any release) indexes it the same way.
         scoped = submission_key(uid, key) if key else ""
         now = self.clock()
@@ -579,7 +569,8 @@ class ControllerService:
                 else 0
             )
             first = {"priority": value} if value else {}
-        return None, {"spec": spec, "key": scoped, "time": now, **first}
+        result = self.write("job_submit", spec=spec, key=scoped, time=now, **first)
+        return result["job_id"], result["duplicate"]
 
     # -------------------------------------------------------------- priorities and shares (sprio, sshare)
 
@@ -1023,32 +1014,6 @@ def _active_jobs_of(s: ClusterState, deletes: list[dict[str, Any]]) -> list[int]
             or j["spec"].get("qos") in qos
         )
     )
-
-
-_PROPOSE_ERRORS = (wal.WalLevelError, NoLeaderError, UnknownOutcomeError, StalledError, DiskFullError)
-
-
-def _write_error(exc: Exception) -> errors.ControllerError:
-    """What a client is told of a write Raft refused or did not complete (one of _PROPOSE_ERRORS)."""
-    if isinstance(exc, wal.WalLevelError):
-        return errors.Conflict(str(exc))
-    if isinstance(exc, UnknownOutcomeError):
-        return errors.Unavailable(f"{exc}; retry (a submission retried with the same key is not duplicated)")
-    return errors.Unavailable(str(exc))
-
-
-def _write_result(result: dict[str, Any]) -> dict[str, Any]:
-    """A committed record's result, or the error its refusal maps to."""
-    if result.get("ok"):
-        return result
-    code, message = result.get("code"), result.get("message", "refused")
-    if code == "not_found":
-        raise errors.NotFound(message)
-    if code == "invalid":
-        raise errors.InvalidArgument(message)
-    if code == "stalled":
-        raise errors.Unavailable(message)
-    raise errors.Conflict(message)
 
 
 def _refuse_below_store_level(level: int) -> None:
