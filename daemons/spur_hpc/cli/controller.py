@@ -308,7 +308,7 @@ class ControllerClient:
         self.call_timeout = call_timeout
         self.connections: dict[str, grpcwire.Connection] = {}
         self.last_answered: str | None = None
-        self.leader_hint: tuple[str, bool] | None = None  # (address, fresh) once read, for writes
+        self.leader_hint: tuple[str, bool] | None = None  # (address, fresh) once read
 
     def close(self) -> None:
         for connection in self.connections.values():
@@ -343,7 +343,9 @@ class ControllerClient:
         path = f"/{schema.package}.{SERVICE}/{method}"
         patience = self.write_patience if write else self.read_patience
         prefer = self.last_answered
-        if write and prefer is None:
+        # Reads too go to the hinted leader first: a follower answers from what it has applied, which may not
+        # yet hold the write the previous command made (`scontrol update ...; sinfo`, as Slurm scripts do).
+        if prefer is None:
             if self.leader_hint is None:
                 self.leader_hint = read_leader_hint(self.addresses, time.time())
             prefer = self.leader_hint[0] or None
