@@ -116,23 +116,33 @@ def run_logged(argv: list[str], log: Path, env: dict[str, str], timeout: float) 
 
 
 def failure_tail(output: str, lines: int = FAILURE_TAIL_LINES) -> str:
-    """The first failed task and its message on one line (a CI summary keeps the first line and may cut the
+    """The failed tasks and their messages on one line (a CI summary keeps the first line and may cut the
     middle of a long message), then the last `lines` lines of the output."""
-    return first_failure(output) + "\n" + "\n".join(output.splitlines()[-lines:])
+    return failures(output) + "\n" + "\n".join(output.splitlines()[-lines:])
 
 
-def first_failure(output: str, width: int = 600) -> str:
-    """'first failure: TASK [...] -> fatal: [host]: FAILED! => {...}', cut to `width` characters, or ''."""
-    task, fatal = "", ""
+def failures(output: str, width: int = 400, most: int = 4) -> str:
+    """'failures: TASK [...] -> fatal: [host]: FAILED! => {...} | TASK [...] -> ...', one entry per failed task
+    (each cut to `width` characters, at most `most`), or ''. A failure that a block rescued is listed too: the
+    text does not say so, and the last entry is usually the one that ended the run; one that Ansible ignored
+    (followed by "...ignoring") is not."""
+    found: list[str] = []
+    task, fatal, task_listed = "", "", ""
     for line in output.splitlines():
-        if fatal and line.strip() != "...ignoring":
-            break
-        fatal = ""  # a failure Ansible ignored prints "...ignoring" on the next line
+        if fatal and line.strip() != "...ignoring" and task_listed != task:
+            found.append(f"{task} -> {fatal}"[:width])
+            task_listed = task
+        fatal = ""
         if line.startswith("TASK ["):
             task = line.rstrip(" *")
         elif line.startswith("fatal: ["):
             fatal = line
-    return f"first failure: {task} -> {fatal}"[:width] if fatal else ""
+    if fatal and task_listed != task:
+        found.append(f"{task} -> {fatal}"[:width])
+    if not found:
+        return ""
+    shown = found if len(found) <= most else found[:1] + ["..."] + found[-(most - 1):]
+    return f"failures ({len(found)}): " + " | ".join(shown)
 
 
 def run_molecule(name: str, env: dict[str, str], tmp_path: Path, timeout: float) -> tuple[str, float]:
