@@ -205,7 +205,12 @@ def command_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
-    data = Path(f"/proc/{pid}/stat").read_bytes()
+    return cpu_seconds_of(f"/proc/{pid}/stat")
+
+
+def cpu_seconds_of(stat_path: str) -> float:
+    """utime + stime from a stat file of /proc: a process's (/proc/PID/stat) or one thread's (.../task/TID/stat)."""
+    data = Path(stat_path).read_bytes()
     fields = data[data.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

@@ -33,6 +33,7 @@ import common
 BENCHES: list[tuple[str, list[str], int]] = [
     ("submit", [], 600),
     ("commit", [], 300),
+    ("idle", [], 300),
     ("plan", [], 600),
     ("limits", [], 600),
     ("cli", [], 900),
