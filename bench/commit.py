@@ -26,7 +26,6 @@ import grpc
 
 # isort: off
 import common  # first: it puts tests/ on sys.path for the harness
-from harness import cleanup_all
 import patched
 # isort: on
 
@@ -70,30 +69,19 @@ def main() -> None:
     if opts.client:
         client(opts.client, opts.count, opts.pause)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = patched.cluster(
-            Path(tmp),
-            3,
-            ip_base=opts.ip_base,
-            name="commit",
-            extra_controller=common.controller_extra(opts),
-            patches=opts.patch,
-        )
-        try:
-            cluster.start()
-            leader = cluster.wait_leader(timeout=30)
-            stub = cluster.stub(leader)
-            stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=SPEC, idempotency_key="warm"), timeout=10)
-            if opts.hold:
-                Path(opts.hold).write_text(leader.grpc_addr + "\n")
-                print(f"holding a cluster, leader {leader.grpc_addr} (pid {os.getpid()})", flush=True)
-                while True:
-                    time.sleep(3600)
-            time.sleep(1.0)
-            one = sequential(stub, opts.count, opts.pause)
-        finally:
-            cluster.stop()
-            cleanup_all()
+    with tempfile.TemporaryDirectory() as tmp, patched.bench_cluster(Path(tmp), opts.ip_base, opts, "commit") as (
+        cluster,
+        leader,
+    ):
+        stub = cluster.stub(leader)
+        stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=SPEC, idempotency_key="warm"), timeout=10)
+        if opts.hold:
+            Path(opts.hold).write_text(leader.grpc_addr + "\n")
+            print(f"holding a cluster, leader {leader.grpc_addr} (pid {os.getpid()})", flush=True)
+            while True:
+                time.sleep(3600)
+        time.sleep(1.0)
+        one = sequential(stub, opts.count, opts.pause)
     print(f"single submission: p50 {one['p50_s'] * 1000:.2f} ms, p99 {one['p99_s'] * 1000:.2f} ms", flush=True)
     rows = [
         common.row(
@@ -103,11 +91,7 @@ def main() -> None:
             detail=f"p99 {one['p99_s'] * 1000:.1f} ms, {opts.count} calls {opts.pause * 1000:.0f} ms apart",
         )
     ]
-    result = {"single": one, "count": opts.count, "pause_s": opts.pause}
-    result.update(controller_settings=opts.set, controller_patches=opts.patch, rows=rows)
-    path = common.record("commit", result)
-    common.print_rows(rows)
-    print(f"-> {path}")
+    common.finish("commit", {"single": one, "count": opts.count, "pause_s": opts.pause}, opts, rows)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,15 @@ def record(name: str, results: dict[str, object]) -> Path:
     return path
 
 
+def finish(name: str, result: dict[str, object], opts, rows: list[dict]) -> Path:
+    """Record a run (with the controller settings and patches it ran with) and print its rows."""
+    result.update(controller_settings=opts.set, controller_patches=opts.patch, rows=rows)
+    path = record(name, result)
+    print_rows(rows)
+    print(f"-> {path}")
+    return path
+
+
 # ---------------------------------------------------------------------------- table rows
 # A row of the benchmark table: one or more checks (measured value vs target). The first check is the
 # primary one; bench/run_all.py uses it to pick the better of several runs.

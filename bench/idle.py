@@ -22,7 +22,6 @@ from pathlib import Path
 
 # isort: off
 import common  # first: it puts tests/ on sys.path for the harness
-from harness import cleanup_all
 import patched
 # isort: on
 
@@ -77,27 +76,16 @@ def main() -> None:
     common.add_set_option(parser)
     patched.add_patch_option(parser)
     opts = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = patched.cluster(
-            Path(tmp),
-            3,
-            ip_base=opts.ip_base,
-            name="idle",
-            extra_controller=common.controller_extra(opts),
-            patches=opts.patch,
-        )
-        try:
-            cluster.start()
-            leader = cluster.wait_leader(timeout=30)
-            time.sleep(3.0)  # past the first election's catch-up and the probes' first reads
-            load_before = os.getloadavg()[0]
-            members = measure(cluster.members, leader, opts.seconds)
-            load_after = os.getloadavg()[0]
-            if cluster.wait_leader(timeout=10) is not leader:
-                sys.exit("the leader changed during the window: not an idle cluster, run again")
-        finally:
-            cluster.stop()
-            cleanup_all()
+    with tempfile.TemporaryDirectory() as tmp, patched.bench_cluster(Path(tmp), opts.ip_base, opts, "idle") as (
+        cluster,
+        leader,
+    ):
+        time.sleep(3.0)  # past the first election's catch-up and the probes' first reads
+        load_before = os.getloadavg()[0]
+        members = measure(cluster.members, leader, opts.seconds)
+        load_after = os.getloadavg()[0]
+        if cluster.wait_leader(timeout=10) is not leader:
+            sys.exit("the leader changed during the window: not an idle cluster, run again")
     lead = next(r for r in members if r["role"] == "leader")
     followers = [r["cpu_pct"] for r in members if r["role"] == "follower"]
     for r in members:
@@ -114,10 +102,7 @@ def main() -> None:
         )
     ]
     result = {"seconds": opts.seconds, "members": members, "load_average": [load_before, load_after]}
-    result.update(controller_settings=opts.set, controller_patches=opts.patch, rows=rows)
-    path = common.record("idle", result)
-    common.print_rows(rows)
-    print(f"-> {path}")
+    common.finish("idle", result, opts, rows)
 
 
 if __name__ == "__main__":

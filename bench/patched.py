@@ -16,12 +16,13 @@ and the accounting link's copy only when a purge is due. A new experiment is a f
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 # isort: off
-import common  # noqa: F401  (puts tests/ on sys.path for the harness)
+import common  # first: it puts tests/ on sys.path for the harness
 from harness import BIN, ControllerCluster, Proc
 # isort: on
 
@@ -52,6 +53,21 @@ class PatchedCluster(ControllerCluster):
 
 def cluster(*args, patches: list[str] | None = None, **kw) -> ControllerCluster:
     return PatchedCluster(*args, patches=patches or [], **kw)
+
+
+@contextlib.contextmanager
+def bench_cluster(root: Path, ip_base: int, opts, name: str = "bench"):
+    """The benchmarks' cluster: 3 controllers on 127.0.1.<ip_base>.. with the run's --set and --patch, started;
+    yields (cluster, leader) and stops everything on the way out."""
+    from harness import cleanup_all
+
+    c = cluster(root, 3, ip_base=ip_base, name=name, extra_controller=common.controller_extra(opts), patches=opts.patch)
+    try:
+        c.start()
+        yield c, c.wait_leader(timeout=30)
+    finally:
+        c.stop()
+        cleanup_all()
 
 
 def add_patch_option(parser) -> None:

@@ -21,7 +21,6 @@ import grpc
 
 # isort: off
 import common  # first: it puts tests/ on sys.path for the harness
-from harness import cleanup_all
 import patched
 # isort: on
 
@@ -103,54 +102,40 @@ def main() -> None:
     common.add_set_option(parser)
     patched.add_patch_option(parser)
     opts = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = patched.cluster(
-            Path(tmp),
-            3,
-            ip_base=121,
-            name="bench",
-            extra_controller=common.controller_extra(opts),
-            patches=opts.patch,
+    with tempfile.TemporaryDirectory() as tmp, patched.bench_cluster(Path(tmp), 121, opts) as (cluster, leader):
+        stub = cluster.stub(leader)
+        stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=SPEC, idempotency_key="warm"), timeout=10)
+        time.sleep(1.0)
+        one = single(stub, opts.single, opts.pause)
+        print(f"single submission: p50 {one['p50_s'] * 1000:.1f} ms, p99 {one['p99_s'] * 1000:.1f} ms", flush=True)
+        cpu0 = {m.index: common.cpu_seconds(m.proc.pid) for m in cluster.members}
+        spies = []
+        if opts.profile:
+            Path(opts.profile).mkdir(parents=True, exist_ok=True)
+            for m in cluster.members:
+                role = "leader" if m is leader else f"follower{m.index}"
+                span = opts.warmup + opts.seconds
+                out = Path(opts.profile) / f"submit-{role}.raw"
+                spies.append(common.py_spy_start(m.proc.pid, span, out, idle=True))
+                if m is leader:
+                    gil = Path(opts.profile) / "submit-leader-gil.raw"
+                    spies.append(common.py_spy_start(m.proc.pid, span, gil, gil=True))
+        t0 = time.monotonic()
+        many = asyncio.run(throughput(leader.grpc_addr, opts.clients, opts.warmup, opts.seconds))
+        wall = time.monotonic() - t0
+        for spy in spies:
+            if spy is not None:
+                spy.wait(30)
+        many["controller_cpu_share"] = {
+            ("leader" if m is leader else f"follower{m.index}"): (common.cpu_seconds(m.proc.pid) - cpu0[m.index])
+            / wall
+            for m in cluster.members
+        }
+        print(
+            f"{opts.clients} clients: {many['jobs_per_s']:.0f} jobs/s, p50 {many['p50_s'] * 1000:.1f} ms, "
+            f"p99 {many['p99_s'] * 1000:.1f} ms, errors {many['errors']}, cpu {many['controller_cpu_share']}",
+            flush=True,
         )
-        try:
-            cluster.start()
-            leader = cluster.wait_leader(timeout=30)
-            stub = cluster.stub(leader)
-            stub.SubmitJob(slurm_pb2.SubmitJobRequest(spec=SPEC, idempotency_key="warm"), timeout=10)
-            time.sleep(1.0)
-            one = single(stub, opts.single, opts.pause)
-            print(f"single submission: p50 {one['p50_s'] * 1000:.1f} ms, p99 {one['p99_s'] * 1000:.1f} ms", flush=True)
-            cpu0 = {m.index: common.cpu_seconds(m.proc.pid) for m in cluster.members}
-            spies = []
-            if opts.profile:
-                Path(opts.profile).mkdir(parents=True, exist_ok=True)
-                for m in cluster.members:
-                    role = "leader" if m is leader else f"follower{m.index}"
-                    span = opts.warmup + opts.seconds
-                    out = Path(opts.profile) / f"submit-{role}.raw"
-                    spies.append(common.py_spy_start(m.proc.pid, span, out, idle=True))
-                    if m is leader:
-                        gil = Path(opts.profile) / "submit-leader-gil.raw"
-                        spies.append(common.py_spy_start(m.proc.pid, span, gil, gil=True))
-            t0 = time.monotonic()
-            many = asyncio.run(throughput(leader.grpc_addr, opts.clients, opts.warmup, opts.seconds))
-            wall = time.monotonic() - t0
-            for spy in spies:
-                if spy is not None:
-                    spy.wait(30)
-            many["controller_cpu_share"] = {
-                ("leader" if m is leader else f"follower{m.index}"): (common.cpu_seconds(m.proc.pid) - cpu0[m.index])
-                / wall
-                for m in cluster.members
-            }
-            print(
-                f"{opts.clients} clients: {many['jobs_per_s']:.0f} jobs/s, p50 {many['p50_s'] * 1000:.1f} ms, "
-                f"p99 {many['p99_s'] * 1000:.1f} ms, errors {many['errors']}, cpu {many['controller_cpu_share']}",
-                flush=True,
-            )
-        finally:
-            cluster.stop()
-            cleanup_all()
     rows = [
         common.row(
             "submit_throughput",
@@ -171,10 +156,7 @@ def main() -> None:
     result = {"throughput": many, "single": one, "clients": opts.clients, "window_s": opts.seconds}
     if opts.profile:  # where the leader's Python time went during the window (the thread holding the GIL)
         result["profile_leader_gil"] = common.profile_summary(Path(opts.profile) / "submit-leader-gil.raw")
-    result.update(controller_settings=opts.set, controller_patches=opts.patch, rows=rows)
-    path = common.record("submit", result)
-    common.print_rows(rows)
-    print(f"-> {path}")
+    common.finish("submit", result, opts, rows)
 
 
 if __name__ == "__main__":
