@@ -103,6 +103,10 @@ def timing(log: dict) -> dict:
 def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
     env, results = upgrade_env
     output, wall = run_molecule("upgrade_local", env, tmp_path, SCENARIO_TIMEOUT_SECS)
+    # The deploy of release A twice, the second changing nothing; then what the local scenario checks (a node
+    # out of service and back, the shared verify with its job) before the upgrades.
+    assert "[upgrade_local > idempotence] Executed: Successful" in output
+    assert "PLAY [Check that node-2 is out of service]" in output and "ended COMPLETED (exit 0)" in output
     assert "[upgrade_local > side_effect] Executed: Successful" in output
     assert "[upgrade_local > verify] Executed: Successful" in output
 
