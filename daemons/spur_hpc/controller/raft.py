@@ -30,6 +30,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.pickle import to_bytes
 from pysyncobj.pipe_notifier import PipeNotifier
 
+from spur_hpc import conf
 from spur_hpc.controller import wal
 from spur_hpc.controller.raft_transport import RAFT_BATCH_BYTES, GuardedTransport, pysyncobj_clock
 from spur_hpc.controller.state import ClusterState
@@ -330,11 +331,6 @@ class DurableJournal(FileJournal):
         self._dirty = False
         self.syncs += 1
 
-    def flush(self) -> None:
-        super().flush()
-        self._dirty = False
-        self.syncs += 1
-
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 (pysyncobj's name)
         """Compaction: keep the entries from entryTo on. FileJournal rewrites them in place from the first
         record, so a crash in the middle left a journal that ends part-way (the entries after that point
@@ -371,8 +367,9 @@ class DurableJournal(FileJournal):
         self._dirty = False
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802
-        super().deleteEntriesFrom(entryFrom)
-        self.flush()
+        super().deleteEntriesFrom(entryFrom)  # rewrites the header's end through the mmap
+        self._dirty = True
+        self.sync()
 
     def _destroy(self) -> None:
         self.sync()  # a clean stop leaves nothing unsynced (FileJournal._destroy msyncs too, then closes)
@@ -394,7 +391,7 @@ class RaftSettings:
     journal_file: str
     dump_file: str
     password: str
-    append_entries_period: float = 0.05
+    append_entries_period: float = conf.SCHEMA["controller"]["append_entries_period_ms"].default / 1000
     election_min: float = 0.3
     election_max: float = 0.8
     leader_fallback: float = 1.0
