@@ -23,19 +23,18 @@ lint: setup
 # `make test` runs everything (lint, unit, integration, faults, docs, the collection with ansible-test sanity, every
 # Molecule scenario of both tiers, the demo end to end) in two lanes at once: most tests wait on real daemons,
 # so a second lane uses the second core instead of doubling the wall time. The host lane holds the tests that
-# boot their own hosts (tier-2 systemd-nspawn hosts in network namespaces; the tier-1 upgrade scenario, which
-# also runs the local scenario's checks, and the demo, each on a loopback block of its own); the process lane the rest, which takes about as long. Each lane's
+# boot their own hosts (the tier-2 upgrade scenario on systemd-nspawn hosts in network namespaces, which also runs
+# the systemd scenario's checks; the tier-1 upgrade scenario, which also runs the local scenario's checks, and the demo, each on a loopback block of its own); the process lane the rest, which takes about as long. Each lane's
 # output is printed whole when it ends; tier 2 is skipped without root (under CI=true it fails: tests/prereqs.py).
 # `make test-molecule`, `make test-upgrade` and `make test-sanity` run parts on their own.
 SANITY_TEST := tests/collection/test_collection_build.py::test_ansible_test_sanity_passes_with_empty_ignore_files
-SYSTEMD_SCENARIO := tests/molecule/test_scenarios.py::test_systemd_scenario_survives_the_crash_of_the_leaders_host
 TIER2_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_on_systemd_hosts
 # The tier-1 rolling upgrade in every mode (about 6 minutes) runs in the host lane too: the process lane was the
 # longer one by that much (1,605 s against 861 s), and it boots a loopback cluster of its own.
 TIER1_UPGRADE := tests/molecule/test_upgrade.py::test_rolling_upgrade_in_every_mode
 # tests/clients: submitit, dask-jobqueue and snakemake from PyPI (pinned in tests/clients/constraints.txt, in a
 # .venv-clients of their own) against a loopback cluster with accounting.
-HOST_LANE := $(SYSTEMD_SCENARIO) $(TIER2_UPGRADE) $(TIER1_UPGRADE) tests/demo tests/clients
+HOST_LANE := $(TIER2_UPGRADE) $(TIER1_UPGRADE) tests/demo tests/clients
 # Lint runs first in the process lane, not before both: the host lane starts at once (the two take about as long).
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
@@ -47,10 +46,10 @@ test-lane-hosts: setup
 test-lane-processes: setup lint
 	@echo "== process lane: tests/ but the host lane"
 	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo --ignore=tests/clients \
-		--deselect $(SYSTEMD_SCENARIO) --deselect $(TIER2_UPGRADE) --deselect $(TIER1_UPGRADE)
+		--deselect $(TIER2_UPGRADE) --deselect $(TIER1_UPGRADE)
 
 test-molecule: setup
-	$(BIN)/python -m pytest -q tests/molecule/test_scenarios.py tests/molecule/test_upgrade.py
+	$(BIN)/python -m pytest -q tests/molecule/test_upgrade.py
 
 test-sanity: setup
 	$(BIN)/python -m pytest -q $(SANITY_TEST)

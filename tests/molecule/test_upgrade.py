@@ -9,7 +9,11 @@ time the two complete 3+3 upgrades took, waiting on gates and doing work, which 
 upgrade_systemd (tier 2, `make test`; needs root): six systemd-nspawn hosts in network namespaces; an
 agent's host crashes before the run (refused, then left out with spur_ignore_unreachable_agents); an in-place
 upgrade under systemd with a job on every node, interrupted with Ctrl-C in each phase and run again; a drained
-upgrade during which the next node's host crashes and a draining node's network drops, run again.
+upgrade during which the next node's host crashes and a draining node's network drops, run again. Before the
+upgrades it runs the systemd scenario's checks on its deploy (molecule/systemd/verify.yml: MUNGE, enforced
+cgroups, the crash and reboot of the leader's host, the leader's controller removed and added back empty while a
+job runs), which CI used to run on six hosts booted and deployed for them alone. `tools/molecule.sh systemd` still
+runs that scenario by itself.
 
 The releases are built once per session from this tree: A 0.1.0, B 0.2.0, C 0.3.0, D 0.4.0.
 """
@@ -54,6 +58,8 @@ def upgrade_env(tmp_path: Path, releases: dict[str, Path]):
         env = ansible_env(
             tmp_path,
             **{f"SPUR_RELEASE_{name}": str(path) for name, path in releases.items()},
+            # The release the cluster is deployed at (the systemd scenario's checks put a controller back with it).
+            SPUR_RELEASE_SRC=str(releases["A"]),
             SPUR_UPGRADE_RESULTS=str(results),
             SPUR_LOCAL_ROOT=str(short / "h"),
             # A loopback block of this run's own, clear of the demo (127.0.1.x) and of other scenarios.
@@ -179,6 +185,15 @@ def test_rolling_upgrade_in_every_mode(upgrade_env, tmp_path: Path) -> None:
 def test_rolling_upgrade_on_systemd_hosts(upgrade_env, tmp_path: Path) -> None:
     env, results = upgrade_env
     output, wall = run_molecule("upgrade_systemd", env, tmp_path, SCENARIO_TIMEOUT_SECS)
+    # The deploy of release A twice, the second changing nothing; then what the systemd scenario checks (MUNGE,
+    # enforcement, the crash of the leader's host, the leader's controller removed and added back empty while a job
+    # runs) before the upgrades.
+    assert "[upgrade_systemd > idempotence] Executed: Successful" in output
+    assert "Kill -9 the PID 1 of the leader's host" in output
+    assert "Wait for the rebooted controller to rejoin" in output
+    assert "PLAY [2. Remove each controller, one at a time]" in output
+    assert "PLAY [2. Add each new controller, one at a time]" in output
+    assert "Check that the job ended with its own exit code" in output
     assert "[upgrade_systemd > side_effect] Executed: Successful" in output
     assert "[upgrade_systemd > verify] Executed: Successful" in output
     refused = event_log(results, "systemd-unreachable-refused")
