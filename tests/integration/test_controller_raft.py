@@ -82,6 +82,39 @@ def test_followers_serve_reads_and_forward_writes(cluster):
     assert again.job_id == first and again.duplicate
 
 
+def test_a_follower_sends_a_job_id_it_has_not_applied_to_the_leader_and_never_says_it_does_not_exist(cluster):
+    """Read your writes: a follower learns of a commit with the leader's next message, so a job just submitted can
+    be missing there for a moment; asked for an id it has not given out yet, it names the leader instead of
+    answering "does not exist" (scontrol show job right after sbatch must not say Invalid job id)."""
+    leader = cluster.wait_leader()
+    followers = [m for m in cluster.members if m is not leader]
+    for _ in range(40):
+        job_id = submit(cluster, leader, 1)[0]
+        for m in followers:
+            for call in (
+                lambda m=m, j=job_id: cluster.stub(m).GetJob(slurm_pb2.GetJobRequest(job_id=j), timeout=10),
+                lambda m=m, j=job_id: cluster.stub(m).ListJobs(slurm_pb2.ListJobsRequest(job_ids=[j]), timeout=10),
+            ):
+                try:
+                    reply = call()
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.UNAVAILABLE, (exc.code(), exc.details())
+                    assert dict(exc.trailing_metadata())["spur-leader"] == leader.grpc_addr
+                    continue
+                assert getattr(reply, "job_id", None) == job_id or [j.job_id for j in reply.jobs] == [job_id]
+    # An id nobody gave out: the follower sends it on, the leader says it does not exist.
+    unknown = job_id + 1000
+    with pytest.raises(grpc.RpcError) as refused:
+        cluster.stub(followers[0]).GetJob(slurm_pb2.GetJobRequest(job_id=unknown), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(grpc.RpcError) as missing:
+        cluster.stub(leader).GetJob(slurm_pb2.GetJobRequest(job_id=unknown), timeout=10)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    # Once applied there, the follower answers for the job itself.
+    wait_until(lambda: job_id in all_job_ids(cluster, followers[0]), 5, "the follower to apply the last job")
+    assert cluster.stub(followers[0]).GetJob(slurm_pb2.GetJobRequest(job_id=job_id), timeout=10).job_id == job_id
+
+
 def test_a_brief_job_list_leaves_out_script_and_environment_only(cluster):
     leader = cluster.wait_leader()
     full_spec = slurm_pb2.JobSpec(name="brief", script="#!/bin/sh\necho hi\n", user="root", work_dir="/srv/w",

@@ -751,6 +751,7 @@ class ControllerService:
 
         def one(s: ClusterState) -> dict[str, Any] | None:
             if job_id not in s.jobs:
+                self.require_leader_for_unapplied(s, [job_id])
                 return None
             job = s.jobs[job_id]
             return copy_job(self.shown_in_plan_order(s, [job], now, {}, whole_queue=False).get(job_id, job))
@@ -759,6 +760,13 @@ class ControllerService:
         if job is None:
             raise missing_job(job_id)
         return job
+
+    def require_leader_for_unapplied(self, s: ClusterState, job_ids) -> None:
+        """On a follower, a job id it does not hold and has not given out yet may be a job the leader just took
+        (a follower applies a commit with the leader's next message): the leader answers for it instead, so that
+        `sbatch` followed by `scontrol show job` never says "Invalid job id" for the job just submitted."""
+        if any(i >= s.next_job_id for i in job_ids) and not self.raft.is_leader():
+            self.require_leader()
 
     def list_jobs(
         self,
@@ -792,6 +800,7 @@ class ControllerService:
             if key is not None and kept is not None and kept[0][0] is key[0] and kept[0][1:] == key[1:]:
                 return None, kept
             if ids:
+                self.require_leader_for_unapplied(s, [i for i in ids if i not in s.jobs])
                 source = [s.jobs[i] for i in sorted({j["job_id"] for i in ids for j in _records_of(s, i)})]
             elif users:
                 source = [s.jobs[i] for i in s.user_job_ids(users)]
