@@ -384,21 +384,27 @@ def _create_journal(journal_file: str | None = None):
 _syncobj_module.createJournal = _create_journal
 
 
+def _controller_default(key: str):
+    return conf.SCHEMA["controller"][key].default
+
+
 @dataclass(frozen=True)
 class RaftSettings:
+    """What spurctld gives SpurRaft from [controller]; the defaults are spur.conf's (conf.SCHEMA), in seconds."""
+
     self_addr: str
     other_addrs: tuple[str, ...]
     journal_file: str
     dump_file: str
     password: str
-    append_entries_period: float = conf.SCHEMA["controller"]["append_entries_period_ms"].default / 1000
-    election_min: float = 0.3
-    election_max: float = 0.8
-    leader_fallback: float = 1.0
-    connection_retry: float = 0.25
-    compaction_entries: int = 5000
+    append_entries_period: float = _controller_default("append_entries_period_ms") / 1000
+    election_min: float = _controller_default("election_timeout_min_ms") / 1000
+    election_max: float = _controller_default("election_timeout_max_ms") / 1000
+    leader_fallback: float = _controller_default("leader_fallback_ms") / 1000
+    connection_retry: float = _controller_default("connection_retry_ms") / 1000
+    compaction_entries: int = _controller_default("log_compaction_entries")
     hold_elections: bool = False
-    min_free_disk_mb: int = 100
+    min_free_disk_mb: int = _controller_default("min_free_disk_mb")
 
 
 def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
