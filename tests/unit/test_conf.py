@@ -103,6 +103,7 @@ def test_every_key_of_the_table_is_an_attribute_with_its_declared_default():
         ({"connection_retry_ms": "900"}, "must be below election_timeout_min_ms"),
         ({"election_timeout_min_ms": "900"}, "must be below election_timeout_max_ms"),
         ({"append_entries_period_ms": "200"}, "under a third of election_timeout_min_ms"),
+        ({"leader_fallback_ms": "40"}, "leader_fallback_ms: 40 must be above append_entries_period_ms (50)"),
         # issue 16: values that were accepted and must not be
         ({"write_timeout_secs": "inf"}, "[controller] write_timeout_secs: inf is not a finite number; use a number"),
         ({"write_timeout_secs": "nan"}, "[controller] write_timeout_secs: nan is not a number"),

@@ -467,6 +467,7 @@ class SpurRaft(SyncObj):
         self.core_error: str | None = None
         self._leader_seen = time.monotonic()
         self._wakeup: list[PipeNotifier] = []  # filled after SyncObj.__init__ (it needs the poller)
+        self._commit_sent = 0  # the commit index the leader's last AppendEntries carried (_checkCommandsToApply)
         # Membership (follow_membership): the (voters, learners) last given to pysyncobj, the raft addresses that
         # receive the log without voting (read by GuardedTransport when a connection completes), removed voters
         # still sent the log until their deadline so they learn of their removal, and calls for the tick thread.
@@ -681,12 +682,18 @@ class SpurRaft(SyncObj):
     def _checkCommandsToApply(self):  # noqa: N802 (pysyncobj's name)
         before = len(self._journal)
         super()._checkCommandsToApply()
-        if len(self._journal) != before and self._isLeader():
-            self._sync_journal()  # one sync for every command of this tick
-            self._SyncObj__sendAppendEntries()  # and sent now, not at the next heartbeat
+        if not self._isLeader():
+            return
+        # New entries are sent now, not at the next heartbeat (one sync for every command of this tick), and so is
+        # a commit index the followers have not been told: with batched AppendEntries pysyncobj would leave it to
+        # the next heartbeat, and a follower would answer reads without the jobs just acknowledged for that long
+        # (squeue or sprio right after sbatch, on a follower, missed them).
+        if len(self._journal) != before or self.raftCommitIndex > self._commit_sent:
+            self._SyncObj__sendAppendEntries()
 
     def _SyncObj__sendAppendEntries(self):  # noqa: N802 (pysyncobj's private name)
         self._sync_journal()
+        self._commit_sent = self.raftCommitIndex
         SyncObj._SyncObj__sendAppendEntries(self)
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):  # noqa: N802, N803
