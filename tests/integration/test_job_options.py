@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from agents import AgentProc
-from harness import Proc, wait_until
+from harness import BIN, Proc, wait_until
 from spur_hpc import model
 from spur_hpc.proto import slurm_pb2
 
@@ -265,6 +265,29 @@ def test_the_signal_arrives_before_the_time_limit(cluster, agents, work, batch_o
     started, arrived = float((work / "start.txt").read_text()), float(lines[1])
     assert started < arrived < started + 8, "the signal came before the time limit"
     assert job.end_time >= arrived
+
+
+def test_without_b_the_signal_reaches_an_srun_steps_task_once(cluster, agents, work) -> None:
+    """submitit's layout (sbatch --signal=USR1@5, the work under srun): the step's task gets the signal once. A
+    second one re-enters a handler that is still requeueing the job (submitit's scontrol requeue)."""
+    c = Client(cluster)
+    # A Python task, as submitit's: each signal runs the handler, which takes a while (a second one re-enters it).
+    task = (
+        "import signal, time\n"
+        "def on_usr1(*_):\n"
+        "    open('signals.txt', 'a').write('step %f\\n' % time.time())\n"
+        "    time.sleep(1)\n"
+        "signal.signal(signal.SIGUSR1, on_usr1)\n"
+        "while True:\n"
+        "    time.sleep(0.2)\n"
+    )
+    (work / "task.py").write_text(task)
+    script = f"srun {sys.executable} task.py\n"
+    environment = {"PATH": f"{BIN}:/usr/bin:/bin", "SPUR_CONTROLLER_ADDR": ",".join(cluster.hosts)}
+    job_id = c.submit(script, work, time_limit_secs=8, signal_number=USR1, signal_secs=5, environment=environment)
+    c.wait_state(job_id, {"TIMEOUT"}, timeout=40)
+    lines = (work / "signals.txt").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("step "), lines
 
 
 LEVEL_TWO = (
