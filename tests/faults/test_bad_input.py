@@ -61,7 +61,9 @@ def call(fn):
 
 
 def check(code, details):
-    assert code in CLEAN_CODES, f"{code}: {details}"
+    # A follower asked for a job id it has not given out names the leader (read your writes): a clean refusal too.
+    named_leader = code == grpc.StatusCode.UNAVAILABLE and details.startswith("this controller is not the leader")
+    assert code in CLEAN_CODES or named_leader, f"{code}: {details}"
     assert "Traceback" not in details and "\n" not in details
 
 
