@@ -308,7 +308,25 @@ SCHEMA: dict[str, dict[str, Key]] = {
             min=0,
             max=HOUR,
         ),
-        "log_compaction_entries": Key(int, 5000, "Journal entries between snapshots.", min=1, max=10**9),
+        "log_compaction_entries": Key(
+            int,
+            5000,
+            "Journal entries between snapshots, at least (see `log_compaction_job_ratio`).",
+            min=1,
+            max=10**9,
+        ),
+        "log_compaction_job_ratio": Key(
+            float,
+            1.0,
+            "A snapshot also waits until the journal holds this many entries for each job the previous snapshot "
+            "held: writing one costs in proportion to the state, so with 1.0 its cost per entry stays the same at "
+            "100,000 jobs as at 100 (a queue of N jobs is written every N entries), and the journal holds about as "
+            "many entries as the state holds jobs. 0 snapshots every `log_compaction_entries` entries whatever the "
+            "state's size (with 50,000 jobs a snapshot writer then ran beside the controllers nearly all the time, "
+            "and submissions ran at half their rate).",
+            min=0,
+            max=1000,
+        ),
         "bootstrap_probe_timeout_secs": Key(
             float,
             2.0,

@@ -141,7 +141,7 @@ def a_follower(cluster):
 
 # Snapshots every 200 entries: the kills also land while members compact their journals, and a restarted
 # follower is often behind the leader's snapshot (it is sent the snapshot, not the log).
-COMPACT_OFTEN = "log_compaction_entries = 200\n"
+COMPACT_OFTEN = "log_compaction_entries = 200\nlog_compaction_job_ratio = 0\n"
 
 
 def test_kill9_of_the_leader_in_bursts_of_submissions_loses_and_duplicates_no_acknowledged_job(make_cluster):

@@ -13,7 +13,7 @@ from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from harness import free_port, wait_until
-from spur_hpc.controller import raft_transport
+from spur_hpc.controller import raft_transport, wal
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.raft_transport import GuardedConnection
 
@@ -214,3 +214,43 @@ def test_a_follower_that_is_behind_receives_each_entry_once_in_large_batches(thr
     assert len({i for _term, i in backlog}) >= count
     if leader.term() == term0:  # no election on this loaded machine meanwhile
         assert "truncating already-applied" not in caplog.text
+
+
+@pytest.mark.parametrize("ratio, expected", [(1.0, 3), (0.0, 5)])
+def test_a_snapshot_waits_for_as_many_entries_as_the_last_one_held_jobs(tmp_path, ratio, expected):
+    """A snapshot costs in proportion to the state: with log_compaction_job_ratio 1 one is written after 20
+    entries (the minimum), then each after as many entries as the one before held jobs (at about 17, 37 and 75
+    jobs: 3 for 100 jobs); with 0, every 20 entries (5)."""
+    ip = "127.0.2.41"
+    raft = SpurRaft(
+        RaftSettings(
+            self_addr=f"{ip}:{free_port(ip)}",
+            other_addrs=(),
+            journal_file=str(tmp_path / "raft.journal"),
+            dump_file=str(tmp_path / "raft.dump"),
+            password="secret",
+            min_free_disk_mb=0,
+            compaction_entries=20,
+            compaction_job_ratio=ratio,
+        )
+    )
+    serializer = raft._SyncObj__serializer
+    written: list[int] = []
+    fork_writer = serializer.serialize
+
+    def counted(data, entry_id):
+        written.append(len(raft._state.jobs))
+        return fork_writer(data, entry_id)
+
+    serializer.serialize = counted
+    raft.start()
+    try:
+        wait_until(raft.is_leader, 20, "the member to elect itself")
+        raft.propose(wal.make_record("cluster_init", name="c", cluster_id="id", members=[raft.self_addr]), 10)
+        for i in range(100):
+            spec = {"name": f"j{i}", "script": "#!/bin/sh\ntrue\n", "user": "root", "work_dir": "/tmp"}
+            raft.propose(wal.make_record("job_submit", spec=spec, key="", time=1.0), 10)
+            wait_until(lambda: serializer._Serializer__pid == 0, 20, "the snapshot writer to end")
+        assert len(written) == expected, written
+    finally:
+        raft.stop()

@@ -156,6 +156,7 @@ class ControllerDaemon(MemberStatus, Daemon):
             leader_fallback=self.conf.controller.leader_fallback_ms / 1000,
             connection_retry=self.conf.controller.connection_retry_ms / 1000,
             compaction_entries=self.conf.controller.log_compaction_entries,
+            compaction_job_ratio=self.conf.controller.log_compaction_job_ratio,
             hold_elections=self.joining is not None,
             min_free_disk_mb=self.conf.controller.min_free_disk_mb,
         )

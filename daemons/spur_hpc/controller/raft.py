@@ -403,6 +403,7 @@ class RaftSettings:
     leader_fallback: float = _controller_default("leader_fallback_ms") / 1000
     connection_retry: float = _controller_default("connection_retry_ms") / 1000
     compaction_entries: int = _controller_default("log_compaction_entries")
+    compaction_job_ratio: float = _controller_default("log_compaction_job_ratio")
     hold_elections: bool = False
     min_free_disk_mb: int = _controller_default("min_free_disk_mb")
 
@@ -478,6 +479,7 @@ class SpurRaft(SyncObj):
         self._tick_calls_lock = threading.Lock()
         self.removed = False  # the committed membership no longer lists this controller
         self._snapshot_started = 0.0  # wall time pysyncobj last forked a snapshot writer (see _end_snapshot_writer)
+        self._snapshot_jobs = 0  # jobs in the state the last snapshot wrote (compaction_threshold)
         # Bounded frames and handshakes on the Raft port (raft_transport.py): pysyncobj buffers any length.
         super().__init__(
             settings.self_addr,
@@ -494,6 +496,7 @@ class SpurRaft(SyncObj):
 
         def serialize(data, entry_id):
             self._snapshot_started = time.time()
+            self._snapshot_jobs = len(self._state.jobs)
             return fork_writer(data, entry_id)
 
         serializer.serialize = serialize
@@ -723,6 +726,23 @@ class SpurRaft(SyncObj):
                 nxt[node] = sent  # batches past the acknowledged one are in flight: not sent again
             return
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    # ---------------------------------------------------------------- snapshots
+    # A snapshot (a forked writer pickling the whole state) costs in proportion to the state; taken every
+    # log_compaction_entries entries whatever the state's size, its cost per entry grew with the queue (at 50,000
+    # jobs a writer was nearly always running beside the leader, on every member at once). Waiting for as many
+    # entries as the last snapshot held jobs (times log_compaction_job_ratio) keeps it constant: a growing queue
+    # is written at 2x, 4x ... its first size, a steady one of N jobs every N entries, as Redis rewrites its
+    # append-only file once it has grown by a share of its size at the last rewrite.
+
+    def _SyncObj__tryLogCompaction(self):  # noqa: N802 (pysyncobj's private name)
+        self._conf.logCompactionMinEntries = self.compaction_threshold()
+        SyncObj._SyncObj__tryLogCompaction(self)
+
+    def compaction_threshold(self) -> int:
+        """Journal entries past which the next snapshot is written."""
+        s = self._settings
+        return max(s.compaction_entries, int(s.compaction_job_ratio * self._snapshot_jobs))
 
     def _SyncObj__onBecomeLeader(self):  # noqa: N802 (pysyncobj's private name)
         """A snapshot transmission begun in an earlier term of this member (it kept its position while another
