@@ -452,7 +452,8 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
         return node_to_pb(self.service.get_node(request.name))
 
     @rpc
-    def SubmitJob(self, request, context):
+    async def SubmitJob(self, request, context):
+        # On the event loop: the checks, then the commit awaited without a thread (service.submit_async).
         who = self.node.authz.caller(context)
         spec = spec_from_pb(request.spec)
         self.node.authz.submit_as(who, spec)
@@ -464,7 +465,7 @@ class ControllerServicer(slurm_pb2_grpc.SlurmControllerServicer):
             now = self.service.clock()
             estimate, nodes = self.service.read(lambda s: placement.test_only(s, spec, now, self.service.partitions))
             return slurm_pb2.SubmitJobReply(start_estimate=estimate, nodes=nodes)
-        job_id, duplicate = self.service.submit(spec, request.idempotency_key, submitter_uid=who.uid)
+        job_id, duplicate = await self.service.submit_async(spec, request.idempotency_key, submitter_uid=who.uid)
         self.node.poke_scheduler()
         return slurm_pb2.SubmitJobReply(job_id=job_id, duplicate=duplicate)
 

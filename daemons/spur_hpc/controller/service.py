@@ -118,29 +118,19 @@ class ControllerService:
     # -------------------------------------------------------------- the write path
 
     def write(self, op: str, **fields: Any) -> dict[str, Any]:
-        record = wal.make_record(op, **fields)
         try:
-            result = self.raft.propose(record, self.timeout)
-        except wal.WalLevelError as exc:
-            raise errors.Conflict(str(exc)) from None
-        except NoLeaderError as exc:
-            raise errors.Unavailable(str(exc)) from None
-        except UnknownOutcomeError as exc:
-            raise errors.Unavailable(
-                f"{exc}; retry (a submission retried with the same key is not duplicated)"
-            ) from None
-        except (StalledError, DiskFullError) as exc:
-            raise errors.Unavailable(str(exc)) from None
-        if result.get("ok"):
-            return result
-        code, message = result.get("code"), result.get("message", "refused")
-        if code == "not_found":
-            raise errors.NotFound(message)
-        if code == "invalid":
-            raise errors.InvalidArgument(message)
-        if code == "stalled":
-            raise errors.Unavailable(message)
-        raise errors.Conflict(message)
+            result = self.raft.propose(wal.make_record(op, **fields), self.timeout)
+        except _WRITE_FAILURES as exc:
+            raise _write_refusal(exc) from None
+        return _written(result)
+
+    async def write_async(self, op: str, **fields: Any) -> dict[str, Any]:
+        """write() for a coroutine on the API server's event loop."""
+        try:
+            result = await self.raft.propose_async(wal.make_record(op, **fields), self.timeout)
+        except _WRITE_FAILURES as exc:
+            raise _write_refusal(exc) from None
+        return _written(result)
 
     def read(self, fn: Callable[[ClusterState], Any]) -> Any:
         return self.raft.read(fn)
@@ -549,6 +539,26 @@ class ControllerService:
 
     def submit(self, spec: dict[str, Any], key: str, submitter_uid: int | None = None) -> tuple[int, bool]:
         """Submit a job; a key this submitter (default: the job's uid) used before answers with that job."""
+        earlier, fields = self._submission(spec, key, submitter_uid)
+        if earlier is not None:
+            return earlier, True
+        result = self.write("job_submit", **fields)
+        return result["job_id"], result["duplicate"]
+
+    async def submit_async(
+        self, spec: dict[str, Any], key: str, submitter_uid: int | None = None
+    ) -> tuple[int, bool]:
+        """submit() for a coroutine on the API server's event loop."""
+        earlier, fields = self._submission(spec, key, submitter_uid)
+        if earlier is not None:
+            return earlier, True
+        result = await self.write_async("job_submit", **fields)
+        return result["job_id"], result["duplicate"]
+
+    def _submission(
+        self, spec: dict[str, Any], key: str, submitter_uid: int | None
+    ) -> tuple[int | None, dict[str, Any]]:
+        """(the job this key already submitted, or None; the job_submit record's fields), after every check."""
         self._check_text("idempotency_key", key, 128)
         time_given = bool(spec.get("time_limit_secs"))
         spec = self.validate_spec(spec)
@@ -557,7 +567,7 @@ class ControllerService:
         if key:
             earlier = self.read(lambda s: s.find_submission(uid, key))
             if earlier is not None:
-                return earlier, True
+                return earlier, {}
         # The record carries the scoped key, so every member (of any release) indexes it the same way.
         scoped = submission_key(uid, key) if key else ""
         now = self.clock()
@@ -569,8 +579,7 @@ class ControllerService:
                 else 0
             )
             first = {"priority": value} if value else {}
-        result = self.write("job_submit", spec=spec, key=scoped, time=now, **first)
-        return result["job_id"], result["duplicate"]
+        return None, dict(spec=spec, key=scoped, time=now, **first)
 
     # -------------------------------------------------------------- priorities and shares (sprio, sshare)
 
@@ -1005,6 +1014,32 @@ class ControllerService:
             raise errors.InvalidArgument(f"time limit {new_limit} s is out of range; use 0 for no limit")
         changes = {f: spec[f] for f in fields}
         return self.write("job_update", job_id=job_id, changes=changes, time=self.clock())
+
+
+_WRITE_FAILURES = (wal.WalLevelError, NoLeaderError, UnknownOutcomeError, StalledError, DiskFullError)
+
+
+def _write_refusal(exc: Exception) -> errors.ControllerError:
+    """What a write that did not commit (one of _WRITE_FAILURES) answers the client."""
+    if isinstance(exc, wal.WalLevelError):
+        return errors.Conflict(str(exc))
+    if isinstance(exc, UnknownOutcomeError):
+        return errors.Unavailable(f"{exc}; retry (a submission retried with the same key is not duplicated)")
+    return errors.Unavailable(str(exc))
+
+
+def _written(result: dict[str, Any]) -> dict[str, Any]:
+    """A committed record's result, or the refusal its op answered with (raised)."""
+    if result.get("ok"):
+        return result
+    code, message = result.get("code"), result.get("message", "refused")
+    if code == "not_found":
+        raise errors.NotFound(message)
+    if code == "invalid":
+        raise errors.InvalidArgument(message)
+    if code == "stalled":
+        raise errors.Unavailable(message)
+    raise errors.Conflict(message)
 
 
 def _active_jobs_of(s: ClusterState, deletes: list[dict[str, Any]]) -> list[int]:
