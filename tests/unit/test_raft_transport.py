@@ -116,6 +116,21 @@ def three_members(tmp_path):
         m.stop()
 
 
+def lone_member(tmp_path, addr: str, **settings) -> SpurRaft:
+    """A one-member cluster in tmp_path (not started)."""
+    return SpurRaft(
+        RaftSettings(
+            self_addr=addr,
+            other_addrs=(),
+            journal_file=str(tmp_path / "raft.journal"),
+            dump_file=str(tmp_path / "raft.dump"),
+            password="secret",
+            min_free_disk_mb=0,
+            **settings,
+        )
+    )
+
+
 def test_a_leader_whose_tick_thread_stalls_stops_claiming_leadership(three_members):
     leader = wait_until(lambda: next((m for m in three_members if m.is_leader()), None), 30, "a leader")
     wait_until(leader.has_quorum, 30, "the leader to be certain it leads")
@@ -143,16 +158,7 @@ def test_handshakes_in_progress_are_capped_and_time_out(tmp_path, caplog, monkey
     monkeypatch.setattr(raft_transport, "HANDSHAKE_DEADLINE_SECS", 600.0)  # first the cap alone
     ip = "127.0.2.31"
     port = free_port(ip)
-    raft = SpurRaft(
-        RaftSettings(
-            self_addr=f"{ip}:{port}",
-            other_addrs=(),
-            journal_file=str(tmp_path / "raft.journal"),
-            dump_file=str(tmp_path / "raft.dump"),
-            password="secret",
-            min_free_disk_mb=0,
-        )
-    )
+    raft = lone_member(tmp_path, f"{ip}:{port}")
     raft.start()
     conns: list[socket.socket] = []
     try:
@@ -222,18 +228,7 @@ def test_a_snapshot_waits_for_as_many_entries_as_the_last_one_held_jobs(tmp_path
     entries (the minimum), then each after as many entries as the one before held jobs (at about 17, 37 and 75
     jobs: 3 for 100 jobs); with 0, every 20 entries (5)."""
     ip = "127.0.2.41"
-    raft = SpurRaft(
-        RaftSettings(
-            self_addr=f"{ip}:{free_port(ip)}",
-            other_addrs=(),
-            journal_file=str(tmp_path / "raft.journal"),
-            dump_file=str(tmp_path / "raft.dump"),
-            password="secret",
-            min_free_disk_mb=0,
-            compaction_entries=20,
-            compaction_job_ratio=ratio,
-        )
-    )
+    raft = lone_member(tmp_path, f"{ip}:{free_port(ip)}", compaction_entries=20, compaction_job_ratio=ratio)
     serializer = raft._SyncObj__serializer
     written: list[int] = []
     fork_writer = serializer.serialize
