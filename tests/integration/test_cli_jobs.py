@@ -119,6 +119,29 @@ def test_requeue_runs_a_job_again_and_counts_the_restart(agent, shell) -> None:
     shell("scancel", str(job_id))
 
 
+def test_a_job_that_requeues_itself_is_told_the_requeue_was_done_and_runs_again(agent, shell) -> None:
+    """A checkpointing script's (and submitit's) `scontrol requeue $SLURM_JOB_ID`: the requeue's own SIGTERM
+    must not turn its answer into 143. The script traps TERM as submitit does, so it can write the exit code."""
+    out = shell.work / "self-requeue.out"
+    script = shell.work / "self-requeue.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"trap 'echo TERM >> {out}' TERM\n"
+        'if [ "$SLURM_RESTART_COUNT" = 0 ]; then\n'
+        f"  {BIN}/scontrol requeue $SLURM_JOB_ID\n"
+        f'  echo "requeue exit $?" >> {out}\n'
+        "  sleep 60\n"
+        "else\n"
+        f'  echo "run $SLURM_RESTART_COUNT" >> {out}\n'
+        "fi\n"
+    )
+    job_id = shell.submit(str(script))
+    wait_until(lambda: shell.field(job_id, "JobState") == "COMPLETED", 60, "the requeued job to run again")
+    lines = [line for line in out.read_text().splitlines() if line != "TERM"]  # bash runs the trap when it may
+    assert lines == ["requeue exit 0", "run 1"]
+    assert shell.field(job_id, "Restarts") == "1"
+
+
 def test_test_only_names_the_node_and_submits_nothing(agent, shell) -> None:
     result = shell("sbatch", "--test-only", "-n", "2", "--wrap", "true")
     assert result.stdout == "" and f"using 2 processors on nodes {agent.name} in partition" in result.stderr

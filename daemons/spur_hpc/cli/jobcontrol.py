@@ -5,6 +5,8 @@ Each parses every argument before the first call, so a typo changes nothing.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 
@@ -116,6 +118,16 @@ def update_jobs(client: Any, args: list[str]) -> int:
     return 1 if failures else 0
 
 
+def outlive_own_requeue(job_ids: list[int]) -> None:
+    """`scontrol requeue $SLURM_JOB_ID` inside the job (a checkpointing script's, submitit's): the requeue
+    SIGTERMs every process of the job, this one too, and the signal can land before the answer is printed, so
+    the caller sees 143 for a requeue that was done. SIGTERM is ignored here for that call; KillWait's SIGKILL
+    still ends a command that hangs."""
+    own = {os.environ.get(name, "") for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID")}
+    if any(str(job_id) in own for job_id in job_ids):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def requeue(client: Any, command: str, args: list[str]) -> int:
     """requeue / requeuehold [Incomplete] JOB_ID[,...]: back to pending (held with requeuehold)."""
     from spur_hpc.cli import caller
@@ -126,6 +138,7 @@ def requeue(client: Any, command: str, args: list[str]) -> int:
         raise CliError(f"{command} needs job ids, like: scontrol {command} 42")
     job_ids = commandline.parse_job_ids(words)
     me = caller.user_name()
+    outlive_own_requeue(job_ids)
     failures = 0
     for index, job_id in enumerate(job_ids):
         try:
