@@ -203,7 +203,8 @@ def test_quorum_refusals_dead_member_and_a_joiner_that_dies(make_cluster):
     # peers, learns it was removed and stops; the next start refuses at once.
     wait_until(lambda: not any(m.status()["leaving"] for m in (leader, live)), 20, "the removed member dropped")
     c.spawn(dead)
-    assert dead.proc.wait_exit(40) == 0
+    code = dead.proc.wait_exit(40)
+    assert code == 0, f"exit {code}: " + " | ".join(dead.proc.log_text().strip().splitlines()[-4:])
     assert "removed from cluster" in dead.proc.log_text() and "while it was away" in dead.proc.log_text()
     c.spawn(dead)
     assert dead.proc.wait_exit(30) != 0

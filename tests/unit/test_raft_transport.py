@@ -4,8 +4,10 @@ leadership rule of SpurRaft.is_leader on three real in-process pysyncobj members
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import struct
+import time
 
 import pytest
 from pysyncobj.encryptor import getEncryptor
@@ -92,25 +94,34 @@ def test_the_peer_frame_bound_admits_the_largest_grpc_message():
     assert raft_transport.PEER_FRAME_MAX < 2**31  # fits pysyncobj's signed 32-bit length
 
 
-@pytest.fixture
-def three_members(tmp_path):
-    ips = [f"127.0.2.{i}" for i in (11, 12, 13)]
+def start_members(tmp_path, ips: list[str], **settings) -> list[SpurRaft]:
+    """A started in-process SpurRaft cluster, one member on each address, its files in tmp_path/m<i>."""
     addrs = [f"{ip}:{free_port(ip)}" for ip in ips]
     members = []
     for i, addr in enumerate(addrs):
         d = tmp_path / f"m{i}"
         d.mkdir()
-        settings = RaftSettings(
-            self_addr=addr,
-            other_addrs=tuple(a for a in addrs if a != addr),
-            journal_file=str(d / "raft.journal"),
-            dump_file=str(d / "raft.dump"),
-            password="secret",
-            min_free_disk_mb=0,
+        members.append(
+            SpurRaft(
+                RaftSettings(
+                    self_addr=addr,
+                    other_addrs=tuple(a for a in addrs if a != addr),
+                    journal_file=str(d / "raft.journal"),
+                    dump_file=str(d / "raft.dump"),
+                    password="secret",
+                    min_free_disk_mb=0,
+                    **settings,
+                )
+            )
         )
-        members.append(SpurRaft(settings))
     for m in members:
         m.start()
+    return members
+
+
+@pytest.fixture
+def three_members(tmp_path):
+    members = start_members(tmp_path, [f"127.0.2.{i}" for i in (11, 12, 13)])
     yield members
     for m in members:
         m.stop()
@@ -249,3 +260,136 @@ def test_a_snapshot_waits_for_as_many_entries_as_the_last_one_held_jobs(tmp_path
         assert len(written) == expected, written
     finally:
         raft.stop()
+
+
+# ---------------------------------------------------------------- a follower behind the leader's snapshot
+
+
+def submit_records(count: int, script_bytes: int = 64) -> list[dict]:
+    """Job submissions whose scripts hold script_bytes that do not compress (the snapshot's size)."""
+    records = []
+    for _ in range(count):
+        script = "#!/bin/sh\n# " + os.urandom(script_bytes // 2).hex() + "\ntrue\n"
+        spec = {"name": "j", "script": script, "user": "root", "work_dir": "/tmp"}
+        records.append(wal.make_record("job_submit", spec=spec, key="", time=1.0))
+    return records
+
+
+def commit(leader: SpurRaft, records: list[dict]) -> None:
+    done: list = []
+    for record in records:
+        leader.apply_record(record, callback=lambda _r, e: done.append(e))
+    wait_until(lambda: len(done) == len(records), 60, f"{len(records)} records committed")
+
+
+def behind_the_snapshot(tmp_path, ips: list[str]):
+    """Three members snapshotting every 20 entries; one stopped while the other two commit enough that the
+    leader's journal begins after the stopped member's last entry: started again, it must be sent the snapshot."""
+    members = start_members(tmp_path, ips, compaction_entries=20, compaction_job_ratio=0)
+    leader = wait_until(lambda: next((m for m in members if m.is_leader()), None), 30, "a leader")
+    wait_until(leader.has_quorum, 30, "the leader to be certain it leads")
+    init = wal.make_record("cluster_init", name="c", cluster_id="id", members=[m.self_addr for m in members])
+    leader.propose(init, 10)
+    late = next(m for m in members if m is not leader)
+    late.stop()
+    commit(leader, submit_records(100))
+    wait_until(lambda: leader._journal[0][1] > late.applied_index() + 1, 30, "the leader to compact past the late one")
+    return members, leader, late
+
+
+def restart(members: list[SpurRaft], member: SpurRaft) -> SpurRaft:
+    """The same member started again on its files (its state as a restarted spurctld finds it)."""
+    again = SpurRaft(member._settings)
+    members[members.index(member)] = again
+    again.start()
+    return again
+
+
+def is_stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_follower_behind_the_snapshot_catches_up_while_the_leader_writes_the_next_one(tmp_path):
+    """pysyncobj sent no snapshot while a writer ran: with the writer starved (here stopped) the follower waited as
+    long as the writer did. The complete snapshot on disk is sent meanwhile."""
+    members, leader, late = behind_the_snapshot(tmp_path, [f"127.0.2.{i}" for i in (21, 22, 23)])
+    serializer = leader._SyncObj__serializer
+    writer = 0
+    try:
+        for _ in range(50):  # until a writer is caught before it ends (it runs for milliseconds)
+            fork_writer = serializer.serialize
+            caught: list[int] = []
+
+            def stop_at_fork(data, entry_id, fork_writer=fork_writer, caught=caught):
+                result = fork_writer(data, entry_id)
+                pid = serializer._Serializer__pid
+                if pid > 0 and not caught:
+                    os.kill(pid, signal.SIGSTOP)
+                    caught.append(pid)
+                return result
+
+            serializer.serialize = stop_at_fork
+            wait_until(lambda: serializer._Serializer__pid == 0, 30, "the leader's writer to end")
+            commit(leader, submit_records(25))
+            serializer.serialize = fork_writer
+            if caught and serializer._Serializer__pid == caught[0] and is_stopped(caught[0]):
+                writer = caught[0]
+                break
+            if caught:
+                os.kill(caught[0], signal.SIGCONT)
+        assert writer, "no snapshot writer was caught running"
+        target = leader.commit_index()
+        late = restart(members, late)
+        wait_until(lambda: late.applied_index() >= target, 30, "the late follower to catch up")
+        assert serializer._Serializer__pid == writer and is_stopped(writer)  # it did, with the writer still stopped
+    finally:
+        if writer:
+            os.kill(writer, signal.SIGCONT)
+        for m in members:
+            m.stop()
+
+
+def test_no_snapshot_is_written_while_one_is_being_sent(tmp_path):
+    """A writer that finished in the middle of a transmission made pysyncobj begin the transmission again, and
+    with snapshots every few hundred entries in a burst a follower never received a whole one."""
+    members, leader, late = behind_the_snapshot(tmp_path, [f"127.0.2.{i}" for i in (31, 32, 33)])
+    commit(leader, submit_records(40, script_bytes=40 * 1024))  # a snapshot of several chunks
+    wait_until(lambda: leader._SyncObj__serializer._Serializer__pid == 0, 30, "the leader's writer to end")
+    serializer = leader._SyncObj__serializer
+    node = next(n for n in leader._SyncObj__otherNodes if n.id == late.self_addr)
+    transport = leader._SyncObj__transport
+    plain_send = transport.send
+    chunks: list[int] = []
+    written_while_sending: list[int] = []
+    fork_writer = serializer.serialize
+
+    def slow_chunks(to, message):
+        if to == node and message.get("serialized"):
+            chunks.append(len(message["serialized"][0]))
+            time.sleep(0.1)  # a slow link: the transmission spans many ticks
+        return plain_send(to, message)
+
+    def sending() -> bool:
+        return bool(serializer._Serializer__transmissions)  # a follower's transmission under way
+
+    def counted(data, entry_id):
+        if sending():
+            written_while_sending.append(entry_id)
+        return fork_writer(data, entry_id)
+
+    transport.send = slow_chunks
+    serializer.serialize = counted
+    try:
+        late = restart(members, late)
+        wait_until(sending, 30, "the transmission to begin")
+        while sending():
+            commit(leader, submit_records(25))  # past the threshold: a snapshot would be due
+        target = leader.commit_index()
+        wait_until(lambda: late.applied_index() >= target, 60, "the late follower to catch up")
+        assert len(chunks) >= 3, chunks
+        assert written_while_sending == []
+    finally:
+        transport.send = plain_send
+        for m in members:
+            m.stop()

@@ -77,6 +77,11 @@ os.register_at_fork(after_in_child=yield_cpu_in_snapshot_child)
 
 # A stop waits this long for a snapshot being written, then kills the writer: the journal holds every entry anyway.
 SNAPSHOT_STOP_WAIT_SECS = 5.0
+# A snapshot is also written after this long with fewer entries than the threshold (pysyncobj's logCompactionMinTime).
+SNAPSHOT_EVERY_SECS = 300
+# While a follower is sent a snapshot no new one is written, until the journal holds this many times the threshold
+# (see SpurRaft._sending_snapshot).
+SNAPSHOT_SEND_HOLDS_COMPACTION_UP_TO = 10
 
 # A joining member with an empty store does not stand for election until it caught up: with these
 # timeouts its election timer never fires, so it can vote for members that hold data but never win.
@@ -445,7 +450,7 @@ def make_syncobj_conf(s: RaftSettings) -> SyncObjConf:
         commandsWaitLeader=True,
         commandsQueueSize=20000,
         logCompactionMinEntries=s.compaction_entries,
-        logCompactionMinTime=300,
+        logCompactionMinTime=SNAPSHOT_EVERY_SECS,
         dynamicMembershipChange=False,
     )
 
@@ -513,6 +518,9 @@ class SpurRaft(SyncObj):
             return fork_writer(data, entry_id)
 
         serializer.serialize = serialize
+        send_chunk, receive_chunk = serializer.getTransmissionData, serializer.setTransmissionData
+        serializer.getTransmissionData = lambda node: self._snapshot_chunk_to_send(send_chunk, node)
+        serializer.setTransmissionData = lambda data: self._receive_snapshot_chunk(receive_chunk, data)
         # Created after SyncObj.__init__: this is the snapshot.
         self._state = ClusterState()
 
@@ -601,9 +609,24 @@ class SpurRaft(SyncObj):
         while serializer._Serializer__pid > 0 and time.monotonic() < deadline:
             self._SyncObj__tryLogCompaction()  # reaps the child; on success deletes the entries it covers
             time.sleep(0.05)
+        if serializer._Serializer__pid <= 0:
+            return
+        renamed = self._kill_snapshot_writer()
+        if renamed:
+            self._SyncObj__deleteEntriesTo(serializer._Serializer__currentID)
+        log.warning(
+            "stopped the snapshot writer %s s into its work (%s); the journal holds every entry",
+            f"{time.time() - self._snapshot_started:.0f}",
+            "its snapshot was in place: journal compacted to it" if renamed else "the previous snapshot stays",
+        )
+
+    def _kill_snapshot_writer(self) -> bool:
+        """Kill and reap the forked snapshot writer, if one runs, and remove its temporary file; True when it had
+        renamed its snapshot into place already (the journal may then be compacted to it)."""
+        serializer = self._SyncObj__serializer
         pid = serializer._Serializer__pid
         if pid <= 0:
-            return
+            return False
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -613,14 +636,8 @@ class SpurRaft(SyncObj):
         dump = self._settings.dump_file
         tmp = dump + ".tmp"
         renamed = not os.path.exists(tmp) and os.path.exists(dump) and os.stat(dump).st_mtime >= self._snapshot_started
-        if renamed:
-            self._SyncObj__deleteEntriesTo(serializer._Serializer__currentID)
         _unlink_quietly(tmp)
-        log.warning(
-            "stopped the snapshot writer %s s into its work (%s); the journal holds every entry",
-            f"{time.time() - self._snapshot_started:.0f}",
-            "its snapshot was in place: journal compacted to it" if renamed else "the previous snapshot stays",
-        )
+        return renamed
 
     def _SyncObj__loadDumpFile(self, clearJournal):  # noqa: N802, N803 (pysyncobj's private name)
         """Load the snapshot at start, keeping the journal's entries after it.
@@ -656,14 +673,17 @@ class SpurRaft(SyncObj):
         if journal[at] != before or journal[at + 1] != last:
             log.warning(
                 "the journal's entries %d and %d differ from the snapshot's: the snapshot replaces the journal",
-                before[1], last[1],
+                before[1],
+                last[1],
             )
             return
         kept = len(journal) - at - 2
         journal.deleteEntriesTo(at)
         log.warning(
             "the journal began before the snapshot (a crash between the snapshot and the journal's compaction): "
-            "compacted to the snapshot's entry %d, the %d entries after it kept", last[1], kept,
+            "compacted to the snapshot's entry %d, the %d entries after it kept",
+            last[1],
+            kept,
         )
 
     # ---------------------------------------------------------------- group commit
@@ -749,13 +769,54 @@ class SpurRaft(SyncObj):
     # append-only file once it has grown by a share of its size at the last rewrite.
 
     def _SyncObj__tryLogCompaction(self):  # noqa: N802 (pysyncobj's private name)
-        self._conf.logCompactionMinEntries = self.compaction_threshold()
+        threshold = self.compaction_threshold()
+        conf = self._conf
+        if self._sending_snapshot() and len(self._journal) < SNAPSHOT_SEND_HOLDS_COMPACTION_UP_TO * threshold:
+            # A finished writer is still reaped (and the journal compacted to it); no new one starts.
+            conf.logCompactionMinEntries, conf.logCompactionMinTime = len(self._journal), float("inf")
+        else:
+            conf.logCompactionMinEntries, conf.logCompactionMinTime = threshold, SNAPSHOT_EVERY_SECS
         SyncObj._SyncObj__tryLogCompaction(self)
 
     def compaction_threshold(self) -> int:
         """Journal entries past which the next snapshot is written."""
         s = self._settings
         return max(s.compaction_entries, int(s.compaction_job_ratio * self._snapshot_jobs))
+
+    # ---------------------------------------------------------------- snapshot transmission
+    # A follower behind the leader's snapshot is sent the snapshot file in chunks over several ticks. pysyncobj sends
+    # none while a writer runs and, when a writer finishes, drops every transmission under way (the follower begins
+    # the file again). With snapshots every few hundred entries in a burst, and the writer at nice 19 on a busy host
+    # (it ran for tens of seconds beside CPU-bound processes), a follower restarted by kill -9 waited past 30 s
+    # without a single complete snapshot (CI of stop 31). Here the complete snapshot on disk is sent while the next
+    # one is written (the writer renames its file into place: an open transmission reads the old one to its end),
+    # and no new snapshot starts while one is being sent, unless the journal grew past
+    # SNAPSHOT_SEND_HOLDS_COMPACTION_UP_TO times the threshold (a follower that takes that long costs disk only).
+
+    def _sending_snapshot(self) -> bool:
+        transmissions = self._SyncObj__serializer._Serializer__transmissions
+        members = self._SyncObj__otherNodes | self._SyncObj__readonlyNodes
+        for node in [n for n in transmissions if n not in members]:
+            transmissions.pop(node, None)  # a member removed in the middle of its transmission
+        return bool(transmissions)
+
+    def _snapshot_chunk_to_send(self, send_chunk, node):
+        serializer = self._SyncObj__serializer
+        writer = serializer._Serializer__pid
+        serializer._Serializer__pid = 0  # what getTransmissionData checks: the file on disk is complete
+        try:
+            return send_chunk(node)
+        finally:
+            serializer._Serializer__pid = writer
+
+    def _receive_snapshot_chunk(self, receive_chunk, data) -> bool:
+        """A follower's own writer, still writing its older state when the leader's last chunk arrives, would
+        rename that over the received snapshot after it was loaded: at the next start the snapshot would be older
+        than the journal, and pysyncobj would replace the journal (entries this member acknowledged, gone). The
+        writer is ended before the received file is put in place."""
+        if data is not None and data[2]:  # the last chunk
+            self._kill_snapshot_writer()
+        return receive_chunk(data)
 
     def _SyncObj__onBecomeLeader(self):  # noqa: N802 (pysyncobj's private name)
         """A snapshot transmission begun in an earlier term of this member (it kept its position while another
