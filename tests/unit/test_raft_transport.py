@@ -393,3 +393,36 @@ def test_no_snapshot_is_written_while_one_is_being_sent(tmp_path):
         transport.send = plain_send
         for m in members:
             m.stop()
+
+
+def test_a_restarted_member_counts_its_next_snapshot_from_the_jobs_it_loaded(tmp_path):
+    ip = "127.0.2.42"
+    addr = f"{ip}:{free_port(ip)}"
+    raft = lone_member(tmp_path, addr, compaction_entries=20, compaction_job_ratio=1.0)
+    raft.start()
+    try:
+        wait_until(raft.is_leader, 20, "the member to elect itself")
+        raft.propose(wal.make_record("cluster_init", name="c", cluster_id="id", members=[raft.self_addr]), 10)
+        for record in submit_records(100):
+            raft.propose(record, 10)
+        serializer = raft._SyncObj__serializer
+        wait_until(lambda: serializer._Serializer__pid == 0, 20, "the snapshot writer to end")
+    finally:
+        raft.stop()
+    again = lone_member(tmp_path, addr, compaction_entries=20, compaction_job_ratio=1.0)
+    written: list[int] = []
+    fork_writer = again._SyncObj__serializer.serialize
+
+    def counted(data, entry_id):
+        written.append(entry_id)
+        return fork_writer(data, entry_id)
+
+    again._SyncObj__serializer.serialize = counted
+    again.start()
+    try:
+        wait_until(lambda: len(again._state.jobs) == 100, 20, "the state to be loaded and the journal replayed")
+        time.sleep(0.5)  # some 50 ticks, each of which would start a snapshot that is due
+        # Counted from 0, the journal's tail past the snapshot (more than 20 entries) made one due at once.
+        assert written == [] and again.compaction_threshold() > 20
+    finally:
+        again.stop()

@@ -647,19 +647,28 @@ class SpurRaft(SyncObj):
         before the journal was compacted leaves a journal that begins before the snapshot and goes on after it:
         replacing it dropped every entry after the snapshot (acknowledged writes that only the journal held).
         That journal is compacted to the snapshot here first, so pysyncobj finds it beginning at the boundary and
-        keeps the rest. A snapshot received from the leader (clearJournal) replaces the journal, as it must."""
+        keeps the rest. A snapshot received from the leader (clearJournal) replaces the journal, as it must.
+
+        The next snapshot's threshold (compaction_threshold) counts from the loaded state's jobs: counted from 0,
+        a controller restarted with 100,000 jobs wrote its first snapshot after log_compaction_entries."""
+        try:
+            return self._load_snapshot(clearJournal)
+        finally:
+            self._snapshot_jobs = len(self._state.jobs)
+
+    def _load_snapshot(self, clear_journal: bool):
         load = SyncObj._SyncObj__loadDumpFile
         serializer = self._SyncObj__serializer
-        if clearJournal:
-            return load(self, clearJournal)
+        if clear_journal:
+            return load(self, clear_journal)
         try:
             data = serializer.deserialize()
         except Exception:
-            return load(self, clearJournal)  # it reads the snapshot again and logs why it cannot
+            return load(self, clear_journal)  # it reads the snapshot again and logs why it cannot
         self._compact_journal_to_snapshot(before=data[2], last=data[1])
         serializer.deserialize = lambda: data  # read once: a snapshot of 100,000 jobs takes seconds to unpickle
         try:
-            return load(self, clearJournal)
+            return load(self, clear_journal)
         finally:
             del serializer.deserialize  # the class's method again
 
