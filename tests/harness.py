@@ -78,6 +78,21 @@ def free_port(ip: str) -> int:
     raise AssertionError(f"no free test port on {ip} in {TEST_PORTS.start}-{TEST_PORTS.stop - 1} after 1000 tries")
 
 
+def raft_settings(directory: Path, addr: str, addrs: list[str], **settings: Any):
+    """The RaftSettings of an in-process SpurRaft member on addr among addrs, its files in directory (made here)."""
+    from spur_hpc.controller.raft import RaftSettings
+
+    directory.mkdir()
+    settings = {"password": "secret", "min_free_disk_mb": 0, **settings}
+    return RaftSettings(
+        self_addr=addr,
+        other_addrs=tuple(a for a in addrs if a != addr),
+        journal_file=str(directory / "raft.journal"),
+        dump_file=str(directory / "raft.dump"),
+        **settings,
+    )
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from harness import free_port, next_ip_base, wait_until
+from harness import free_port, next_ip_base, raft_settings, wait_until
 from spur_hpc.controller import raft, wal
 from spur_hpc.proto import slurm_pb2
 
@@ -184,17 +184,7 @@ class Watched:
         self.unsynced: list[str] = []
         self.members: list[raft.SpurRaft] = []
         for i, addr in enumerate(addrs):
-            d = tmp_path / f"m{i}"
-            d.mkdir()
-            settings = raft.RaftSettings(
-                self_addr=addr,
-                other_addrs=tuple(a for a in addrs if a != addr),
-                journal_file=str(d / "raft.journal"),
-                dump_file=str(d / "raft.dump"),
-                password="group-commit-test-secret",
-                min_free_disk_mb=0,
-            )
-            member = raft.SpurRaft(settings)
+            member = raft.SpurRaft(raft_settings(tmp_path / f"m{i}", addr, addrs, password="group-commit-test-secret"))
             self._watch(member, addr)
             self.members.append(member)
         for member in self.members:

@@ -14,7 +14,7 @@ from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
-from harness import free_port, wait_until
+from harness import free_port, raft_settings, wait_until
 from spur_hpc.controller import raft_transport, wal
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.raft_transport import GuardedConnection
@@ -97,23 +97,7 @@ def test_the_peer_frame_bound_admits_the_largest_grpc_message():
 def start_members(tmp_path, ips: list[str], **settings) -> list[SpurRaft]:
     """A started in-process SpurRaft cluster, one member on each address, its files in tmp_path/m<i>."""
     addrs = [f"{ip}:{free_port(ip)}" for ip in ips]
-    members = []
-    for i, addr in enumerate(addrs):
-        d = tmp_path / f"m{i}"
-        d.mkdir()
-        members.append(
-            SpurRaft(
-                RaftSettings(
-                    self_addr=addr,
-                    other_addrs=tuple(a for a in addrs if a != addr),
-                    journal_file=str(d / "raft.journal"),
-                    dump_file=str(d / "raft.dump"),
-                    password="secret",
-                    min_free_disk_mb=0,
-                    **settings,
-                )
-            )
-        )
+    members = [SpurRaft(raft_settings(tmp_path / f"m{i}", addr, addrs, **settings)) for i, addr in enumerate(addrs)]
     for m in members:
         m.start()
     return members
