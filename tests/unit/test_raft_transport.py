@@ -15,7 +15,7 @@ from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from harness import free_port, raft_settings, wait_until
-from spur_hpc.controller import raft_transport, wal
+from spur_hpc.controller import raft, raft_transport, wal
 from spur_hpc.controller.raft import RaftSettings, SpurRaft
 from spur_hpc.controller.raft_transport import GuardedConnection
 
@@ -338,9 +338,14 @@ def test_no_snapshot_is_written_while_one_is_being_sent(tmp_path):
     """A writer that finished in the middle of a transmission made pysyncobj begin the transmission again, and
     with snapshots every few hundred entries in a burst a follower never received a whole one."""
     members, leader, late = behind_the_snapshot(tmp_path, [f"127.0.2.{i}" for i in (31, 32, 33)])
-    commit(leader, submit_records(40, script_bytes=40 * 1024))  # a snapshot of several chunks
-    wait_until(lambda: leader._SyncObj__serializer._Serializer__pid == 0, 30, "the leader's writer to end")
+    commit(leader, submit_records(60, script_bytes=40 * 1024))  # a snapshot of several chunks
     serializer = leader._SyncObj__serializer
+    dump = leader._settings.dump_file
+    wait_until(
+        lambda: serializer._Serializer__pid == 0 and os.path.getsize(dump) > 3 * raft_transport.RAFT_BATCH_BYTES,
+        30,
+        "the leader's snapshot of the large jobs",
+    )
     node = next(n for n in leader._SyncObj__otherNodes if n.id == late.self_addr)
     transport = leader._SyncObj__transport
     plain_send = transport.send
@@ -351,7 +356,7 @@ def test_no_snapshot_is_written_while_one_is_being_sent(tmp_path):
     def slow_chunks(to, message):
         if to == node and message.get("serialized"):
             chunks.append(len(message["serialized"][0]))
-            time.sleep(0.1)  # a slow link: the transmission spans many ticks
+            time.sleep(0.01)  # a slow link: the transmission spans many ticks (each one still ends in time)
         return plain_send(to, message)
 
     def sending() -> bool:
@@ -364,10 +369,12 @@ def test_no_snapshot_is_written_while_one_is_being_sent(tmp_path):
 
     transport.send = slow_chunks
     serializer.serialize = counted
+    serializer._Serializer__transmissionBatchSize = 16 * 1024  # many small chunks
     try:
         late = restart(members, late)
         wait_until(sending, 30, "the transmission to begin")
-        while sending():
+        cap = raft.SNAPSHOT_SEND_HOLDS_COMPACTION_UP_TO * leader.compaction_threshold()  # then one is written
+        while sending() and len(leader._journal) + 25 < cap:
             commit(leader, submit_records(25))  # past the threshold: a snapshot would be due
         target = leader.commit_index()
         wait_until(lambda: late.applied_index() >= target, 60, "the late follower to catch up")

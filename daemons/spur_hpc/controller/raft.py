@@ -812,6 +812,8 @@ class SpurRaft(SyncObj):
     def _snapshot_chunk_to_send(self, send_chunk, node):
         serializer = self._SyncObj__serializer
         writer = serializer._Serializer__pid
+        if writer and not os.path.exists(self._settings.dump_file):
+            return None  # the first snapshot is still being written: nothing complete to send yet
         serializer._Serializer__pid = 0  # what getTransmissionData checks: the file on disk is complete
         try:
             return send_chunk(node)
