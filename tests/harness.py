@@ -79,10 +79,10 @@ def free_port(ip: str) -> int:
 
 
 def raft_settings(directory: Path, addr: str, addrs: list[str], **settings: Any):
-    """The RaftSettings of an in-process SpurRaft member on addr among addrs, its files in directory (made here)."""
+    """The RaftSettings of an in-process SpurRaft member on addr among addrs, its files in directory (made if new)."""
     from spur_hpc.controller.raft import RaftSettings
 
-    directory.mkdir()
+    directory.mkdir(exist_ok=True)
     settings = {"password": "secret", "min_free_disk_mb": 0, **settings}
     return RaftSettings(
         self_addr=addr,

@@ -16,7 +16,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from harness import free_port, raft_settings, wait_until
 from spur_hpc.controller import raft, raft_transport, wal
-from spur_hpc.controller.raft import RaftSettings, SpurRaft
+from spur_hpc.controller.raft import SpurRaft
 from spur_hpc.controller.raft_transport import GuardedConnection
 
 
@@ -113,17 +113,7 @@ def three_members(tmp_path):
 
 def lone_member(tmp_path, addr: str, **settings) -> SpurRaft:
     """A one-member cluster in tmp_path (not started)."""
-    return SpurRaft(
-        RaftSettings(
-            self_addr=addr,
-            other_addrs=(),
-            journal_file=str(tmp_path / "raft.journal"),
-            dump_file=str(tmp_path / "raft.dump"),
-            password="secret",
-            min_free_disk_mb=0,
-            **settings,
-        )
-    )
+    return SpurRaft(raft_settings(tmp_path, addr, [addr], **settings))
 
 
 def test_a_leader_whose_tick_thread_stalls_stops_claiming_leadership(three_members):
