@@ -7,9 +7,11 @@ built offline from the first one's wheelhouse.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,48 @@ def test_self_update_from_an_index(releases, tmp_path: Path, capsys, monkeypatch
     assert spur.main(["self-update", "--prefix", str(prefix)]) == 1
     assert "self-update failed, nothing changed" in capsys.readouterr().err
     assert tree(prefix) == before
+
+
+def site_packages(prefix: Path, release_id: str) -> Path:
+    return next((prefix / "releases" / release_id).glob("lib/python*/site-packages"))
+
+
+def test_a_new_release_reuses_the_dependencies_installed_from_the_same_wheels(releases, tmp_path: Path) -> None:
+    prefix = tmp_path / "opt-spur"
+    first = install.install_release(releases["0.1.0"], prefix, log=quiet)
+    old = site_packages(prefix, first.release_id)
+    # A file of grpcio in the running release no longer matches its RECORD: grpcio comes from its wheel again.
+    tampered = next((old / "grpc").glob("_channel.py"))
+    tampered.write_text(tampered.read_text() + "\n# edited\n")
+    # The running release says it was built from another protobuf wheel: protobuf is not reused either.
+    marker = prefix / "releases" / first.release_id / install.MARKER
+    record = json.loads(marker.read_text())
+    protobuf = next(w for w in record["wheels"] if w.startswith("protobuf-"))
+    record["wheels"][protobuf] = "0" * 64
+    marker.write_text(json.dumps(record))
+
+    said: list[str] = []
+    staged = install.stage_release(releases["0.2.0"], prefix, log=said.append)
+    assert staged.changed
+    wheels = sorted(p.name for p in (releases["0.2.0"] / "wheels").iterdir())
+    reused = [line for line in said if line.startswith("reused ")]
+    # Every dependency but grpcio, protobuf and the two whose console scripts name the old venv (they are
+    # installed by pip again).
+    assert reused == [
+        f"reused {len(wheels) - 4} of {len(wheels)} dependency wheels already installed in {prefix}/releases"
+    ]
+    new = site_packages(prefix, staged.release_id)
+    assert "# edited" not in (new / "grpc" / "_channel.py").read_text()
+    assert (new / "cryptography" / "__init__.py").read_bytes() == (old / "cryptography" / "__init__.py").read_bytes()
+    python = prefix / "releases" / staged.release_id / "bin" / "python"
+    check = subprocess.run(
+        [str(python), "-c", "import grpc, google.protobuf, cryptography.fernet, psycopg, pysyncobj; print('ok')"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.stdout.strip() == "ok", check.stderr
+    # pip, asked about the new venv, finds every dependency complete and consistent.
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "check"], capture_output=True, text=True
+    )
+    assert pip.returncode == 0, pip.stdout + pip.stderr

@@ -15,9 +15,14 @@ release id is the version plus the content hash, so the content decides, not the
 
 from __future__ import annotations
 
+import base64
+import csv
 import fcntl
+import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spur_hpc.release import processes
-from spur_hpc.release.manifest import WHEELS_DIR, ReleaseError, ReleaseInfo, verify, write_atomically
+from spur_hpc.release.manifest import (
+    SUMS_FILE,
+    WHEELS_DIR,
+    ReleaseError,
+    ReleaseInfo,
+    read_checksums,
+    verify,
+    write_atomically,
+)
 
 MARKER = "spur-release.json"
 DEFAULT_PREFIX = "/opt/spur"
@@ -171,10 +184,110 @@ def _bundled_pip() -> str | None:
     return None
 
 
-def _build_venv(release_dir: Path, info: ReleaseInfo, target: Path, python: str) -> None:
+def _wheel_sums(release_dir: Path) -> dict[str, str]:
+    """File name -> sha256 of each dependency wheel of a verified release (from its SHA256SUMS)."""
+    sums = read_checksums((release_dir / SUMS_FILE).read_text(), str(release_dir / SUMS_FILE))
+    return {rel.rsplit("/", 1)[1]: digest for rel, digest in sums.items() if rel.startswith(f"{WHEELS_DIR}/")}
+
+
+def _venv_identity(venv: Path) -> tuple[str, str] | None:
+    """(home, version) from a venv's pyvenv.cfg: the base interpreter its compiled packages were installed for."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return None
+    cfg = dict(line.split("=", 1) for line in lines if "=" in line)
+    cfg = {k.strip(): v.strip() for k, v in cfg.items()}
+    return (cfg.get("home", ""), cfg.get("version", cfg.get("version_info", "")))
+
+
+def _site_packages(venv: Path) -> Path | None:
+    found = sorted(venv.glob("lib/python*/site-packages"))
+    return found[0] if len(found) == 1 else None
+
+
+def _dist_key(name: str, version: str) -> tuple[str, str]:
+    return (re.sub(r"[-_.]+", "-", name).lower(), version)
+
+
+def _copy_dist(record: Path, source: Path, target: Path) -> bool:
+    """Copy one installed distribution (the files its RECORD lists, each checked against the hash RECORD gives)
+    from site-packages source to target; False, with nothing left behind, when it cannot be copied whole."""
+    rows = list(csv.reader(io.StringIO(record.read_text())))
+    paths = [row[0] for row in rows if row]
+    if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in paths):
+        return False  # files outside site-packages (scripts): their shebangs name the other venv
+    copied: list[Path] = []
+    try:
+        for row in rows:
+            if not row:
+                continue
+            rel, digest = row[0], row[1] if len(row) > 1 else ""
+            data = (source / rel).read_bytes()
+            if digest:
+                algorithm, _, expected = digest.partition("=")
+                actual = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+                if actual != expected:
+                    raise ValueError(f"{source / rel} differs from its RECORD")
+            dest = target / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+            copied.append(dest)
+            shutil.copystat(source / rel, dest)  # the mtime a .pyc was compiled against
+    except (OSError, ValueError):
+        for dest in copied:
+            dest.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _reuse_installed_dependencies(
+    prefix: Path, target: Path, wheels: dict[str, str], log: Callable[[str], None]
+) -> list[str]:
+    """Copy into the new venv at target each dependency a complete release of the same prefix installed from the
+    very same wheel file (same name and sha256) for the same base interpreter; pip then finds them installed and
+    unpacks only the rest. A release's dependencies seldom change, and unpacking and compiling them (grpcio,
+    cryptography, protobuf, psycopg) was most of an install's time, once per host when a rolling upgrade stages
+    many hosts of one machine. -> the wheel files reused."""
+    identity, site = _venv_identity(target), _site_packages(target)
+    if identity is None or site is None:
+        return []
+    current = link_target(prefix / "current")
+    others = sorted(p.name for p in releases_dir(prefix).iterdir() if p.is_dir() and p != target)
+    reused: list[str] = []
+    for release_id in sorted(others, key=lambda r: r != current):  # the running release first
+        venv = releases_dir(prefix) / release_id
+        try:
+            built_from = json.loads((venv / MARKER).read_text()).get("wheels", {})
+        except (OSError, ValueError):
+            continue  # incomplete, or installed before its marker listed wheels
+        source = _site_packages(venv)
+        if not isinstance(built_from, dict) or source is None or _venv_identity(venv) != identity:
+            continue
+        installed = {}
+        for dist_info in source.glob("*.dist-info"):
+            name, _, version = dist_info.name[: -len(".dist-info")].partition("-")
+            installed[_dist_key(name, version)] = dist_info
+        for wheel, digest in wheels.items():
+            if wheel in reused or built_from.get(wheel) != digest:
+                continue
+            name, version = wheel.split("-")[:2]
+            dist_info = installed.get(_dist_key(name, version))
+            if dist_info is not None and _copy_dist(dist_info / "RECORD", source, site):
+                reused.append(wheel)
+    if reused:
+        log(f"reused {len(reused)} of {len(wheels)} dependency wheels already installed in {releases_dir(prefix)}")
+    return reused
+
+
+def _build_venv(
+    release_dir: Path, info: ReleaseInfo, target: Path, python: str, prefix: Path, log: Callable[[str], None]
+) -> None:
     pip_wheel = _bundled_pip()
     venv = [python, "-m", "venv", *(["--without-pip"] if pip_wheel else []), str(target)]
     _run(venv, f"creating the venv {target}")
+    wheels = _wheel_sums(release_dir)
+    _reuse_installed_dependencies(prefix, target, wheels, log)
     venv_python = str(target / "bin" / "python")
     _run(
         [
@@ -208,6 +321,7 @@ def _build_venv(release_dir: Path, info: ReleaseInfo, target: Path, python: str)
         raise ReleaseError(f"the installed release lacks the commands {', '.join(missing)}; rebuild the release")
     record = json.loads(info.to_json())
     record["installed"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["wheels"] = wheels  # what a later release may reuse from this venv (_reuse_installed_dependencies)
     write_atomically(target / MARKER, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
@@ -264,7 +378,7 @@ def _build_if_missing(
     releases_dir(prefix).mkdir(parents=True, exist_ok=True)
     log(f"{verb} {info.release_id} into {target}")
     try:
-        _build_venv(release_dir, info, target, python)
+        _build_venv(release_dir, info, target, python, prefix, log)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
