@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup test test-lane-hosts test-lane-processes test-unit test-molecule test-upgrade test-sanity test-clients lint demo demo-down bench bench-slurm clean protos
+.PHONY: setup bytecode test test-lane-hosts test-lane-processes test-unit test-molecule test-upgrade test-sanity test-clients lint demo demo-down bench bench-slurm clean protos
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,13 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $@
 
 setup: $(STAMP)
+
+# Bytecode of the checkout's own modules, written before the tests start them. Where PYTHONDONTWRITEBYTECODE is
+# set (the shells of this project's machines set it) Python never writes it, and each process a test started
+# compiled every module it imported from source again: 0.45 s of each spurctld's start, about 30 ms of each
+# command. compileall writes it anyway, and only for the files changed since.
+bytecode: setup
+	@$(BIN)/python -m compileall -q -j 0 daemons tests tools bench
 
 lint: setup
 	$(BIN)/ruff check daemons tests tools bench
@@ -39,42 +46,42 @@ HOST_LANE := $(TIER2_UPGRADE) $(TIER1_UPGRADE) tests/demo tests/clients
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lane-hosts test-lane-processes
 
-test-lane-hosts: setup
+test-lane-hosts: setup bytecode
 	@echo "== host lane: $(HOST_LANE)"
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 $(HOST_LANE)
 
-test-lane-processes: setup lint
+test-lane-processes: setup lint bytecode
 	@echo "== process lane: tests/ but the host lane"
 	$(BIN)/python -m pytest -q --durations=30 tests --ignore=tests/demo --ignore=tests/clients \
 		--deselect $(TIER2_UPGRADE) --deselect $(TIER1_UPGRADE)
 
-test-molecule: setup
+test-molecule: setup bytecode
 	$(BIN)/python -m pytest -q tests/molecule/test_upgrade.py
 
-test-sanity: setup
+test-sanity: setup bytecode
 	$(BIN)/python -m pytest -q $(SANITY_TEST)
 
-test-upgrade: setup
+test-upgrade: setup bytecode
 	$(BIN)/python -m pytest -q tests/molecule/test_upgrade.py tests/demo
 
-test-clients: setup
+test-clients: setup bytecode
 	$(BIN)/python -m pytest -q tests/clients
 
-test-unit: setup
+test-unit: setup bytecode
 	$(BIN)/python -m pytest -q tests/unit
 
-demo: setup
+demo: setup bytecode
 	$(BIN)/python tools/demo.py up
 
 demo-down: setup
 	$(BIN)/python tools/demo.py down
 
 # Benchmarks record bench/results/<name>.json; not part of `make test` (docs/benchmarks.md).
-bench: setup
+bench: setup bytecode
 	@if [ -f bench/run_all.py ]; then $(BIN)/python bench/run_all.py; \
 	else $(BIN)/python bench/failover.py && $(BIN)/python bench/agent_restart.py; fi
 
-bench-slurm: setup
+bench-slurm: setup bytecode
 	$(BIN)/python bench/slurm_peer.py
 
 protos: setup
