@@ -196,8 +196,7 @@ def _venv_identity(venv: Path) -> tuple[str, str] | None:
         lines = (venv / "pyvenv.cfg").read_text().splitlines()
     except OSError:
         return None
-    cfg = dict(line.split("=", 1) for line in lines if "=" in line)
-    cfg = {k.strip(): v.strip() for k, v in cfg.items()}
+    cfg = {key.strip(): value.strip() for key, _, value in (line.partition("=") for line in lines)}
     return (cfg.get("home", ""), cfg.get("version", cfg.get("version_info", "")))
 
 
@@ -253,9 +252,13 @@ def _reuse_installed_dependencies(
     if identity is None or site is None:
         return []
     current = link_target(prefix / "current")
-    others = sorted(p.name for p in releases_dir(prefix).iterdir() if p.is_dir() and p != target)
+    # The running release first, then the others by name.
+    others = sorted(
+        (p.name for p in releases_dir(prefix).iterdir() if p.is_dir() and p != target),
+        key=lambda release_id: (release_id != current, release_id),
+    )
     reused: list[str] = []
-    for release_id in sorted(others, key=lambda r: r != current):  # the running release first
+    for release_id in others:
         venv = releases_dir(prefix) / release_id
         try:
             built_from = json.loads((venv / MARKER).read_text()).get("wheels", {})
