@@ -36,7 +36,7 @@ the other gates (guard rails, draining and DOWN waits, the in-place job check, t
 in no event (Ansible's own task overhead, probes, the plan). A watcher also polls every daemon's probe
 every 0.2 s and records how long each was down, as a second view of the restarts.
 
-Usage: python bench/upgrade.py [--interval 0.1] [--net 127.0.3] [--only in-place|drained] [--no-stage-first]
+Usage: python bench/upgrade.py [--interval 0.1] [--net 127.0.3] [--only in-place|drained] [--no-stage-first] [--profile]
 """
 
 from __future__ import annotations
@@ -138,9 +138,16 @@ class Playbooks:
         )
         self.env = env
 
-    def run(self, name: str, *extra: str, label: str, timeout: float = 1800) -> tuple[int, float, Path]:
+    def run(
+        self, name: str, *extra: str, label: str, timeout: float = 1800, profile: Path | None = None
+    ) -> tuple[int, float, Path]:
+        """One playbook; with `profile`, ansible-playbook and the workers it forks run under py-spy, whose
+        collapsed stacks go to that file."""
         log = self.logs / f"{label}.log"
         argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), f"spur.cluster.{name}", *extra]
+        if profile is not None:
+            argv = [str(BIN / "py-spy"), "record", "--subprocesses", "--rate", "100", "--format", "raw",
+                    "--nonblocking", "--output", str(profile), "--", *argv]  # fmt: skip
         say(f"{label}: {' '.join(argv[1:])} (output: {log})")
         t0 = time.monotonic()
         with open(log, "w") as out:
@@ -420,7 +427,8 @@ def upgrade_run(pb: Playbooks, release: Path, in_place: bool, opts, label: str) 
     sub.start()
     watcher.start()
     time.sleep(2.0)  # the client is in its stride before the run begins
-    code, wall, log = pb.run("rolling_upgrade", *extra, label=label)
+    profile = pb.logs / f"{label}.pyspy" if opts.profile else None
+    code, wall, log = pb.run("rolling_upgrade", *extra, label=label, profile=profile)
     time.sleep(2.0)
     sub.stop.set()
     watcher.stop.set()
@@ -441,6 +449,8 @@ def upgrade_run(pb: Playbooks, release: Path, in_place: bool, opts, label: str) 
         "probe_down_spells": watcher.spells,
         "stage_only_run": stage,
     }
+    if profile is not None:
+        out["ansible_profile"] = common.profile_summary(profile, top=25)
     if event_log.exists():
         out["events"] = event_summary(event_log)
         keep = common.RESULTS / "upgrade-events"
@@ -540,6 +550,12 @@ def main() -> None:
         dest="stage_first",
         action="store_false",
         help="one run per upgrade, the stage in it (default: a spur_upgrade_stage_only run first, then the switch)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample each upgrade's ansible-playbook and its workers with py-spy (its Python CPU time: where "
+        "Ansible's own overhead goes); pair with --record-as, the sampling slows the run",
     )
     opts = parser.parse_args()
 

@@ -95,3 +95,47 @@ def test_every_grpc_call_carries_a_credential(tmp_path):
 )
 def test_a_wildcard_grpc_address_is_dialled_on_the_host_whose_probe_answered(reported, probe, dialled):
     assert spur_probes.reachable_grpc_addr(reported, probe) == dialled
+
+
+# ------------------------------------------------------------------ the HTTP probes' client
+
+
+def test_a_probe_answer_is_its_own_status_and_nothing_that_does_not_answer_is_one():
+    import socket
+    import threading
+
+    from collection_fakes import ProbeServer
+    from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurUnreachable
+
+    probe = ProbeServer({"/status": (200, {"role": "leader"}), "/readyz": (503, "not registered"),
+                         "/moved": (302, "elsewhere")})  # fmt: skip
+    try:
+        assert spur_probes.get_json(probe.url + "/status", 2.0) == {"role": "leader"}
+        assert spur_probes.http_get(probe.url + "/readyz", 2.0) == (503, "not registered")
+        assert spur_probes.http_get(probe.url + "/moved", 2.0)[0] == 302  # never followed
+        with pytest.raises(SpurUnreachable, match="answered HTTP 503"):
+            spur_probes.get_json(probe.url + "/readyz", 2.0)
+    finally:
+        probe.close()
+
+    # a port nothing listens on, and one that answers something other than HTTP
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(SpurUnreachable, match=f"127.0.0.1:{port}"):
+        spur_probes.http_get(f"http://127.0.0.1:{port}/status", 2.0)
+    garbled = socket.socket()
+    garbled.bind(("127.0.0.1", 0))
+    garbled.listen()
+
+    def answer_garbage() -> None:
+        conn, _ = garbled.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        conn.close()
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    try:
+        with pytest.raises(SpurUnreachable):
+            spur_probes.http_get(f"http://127.0.0.1:{garbled.getsockname()[1]}/status", 2.0)
+    finally:
+        garbled.close()

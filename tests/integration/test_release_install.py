@@ -187,3 +187,24 @@ def test_a_new_release_reuses_the_dependencies_installed_from_the_same_wheels(re
         [sys.executable, "-m", "pip", "--python", str(python), "check"], capture_output=True, text=True
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
+
+
+def test_the_collection_stages_beside_the_running_release_then_switches_to_it(releases, tmp_path: Path) -> None:
+    """spur.cluster's spur_release (and spur_daemon_swap's switch) with the real installer: state staged
+    installs beside the current release and moves nothing; state current then only moves the links, run by the
+    staged release's own interpreter."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.spur.cluster.plugins.module_utils.spur_release import ReleaseInstall
+
+    prefix = tmp_path / "opt-spur"
+    first = install.install_release(releases["0.1.0"], prefix, log=quiet)
+    params = dict(src=str(releases["0.2.0"]), prefix=str(prefix), bin_dir=None, python=None, release=None)
+    staged = ReleaseInstall(dict(params, state="staged")).run()
+    assert staged["changed"] and staged["current"] == first.release_id
+    assert reported_version(prefix).startswith("squeue 0.1.0")
+    switched = ReleaseInstall(dict(params, state="current")).run()
+    assert switched["changed"] and switched["current"] == staged["release_id"]
+    assert switched["previous"] == first.release_id
+    assert reported_version(prefix).startswith("squeue 0.2.0")
+    again = ReleaseInstall(dict(params, state="current")).run()
+    assert not again["changed"]

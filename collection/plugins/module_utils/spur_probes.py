@@ -7,12 +7,12 @@ what /status, /metrics/nodes and /readyz say, one record per daemon. Never raise
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import urllib.error
+import urllib.request
 
-from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-from ansible.module_utils.urls import Request, make_context
 from ansible_collections.spur.cluster.plugins.module_utils.spur_errors import SpurInvalid, SpurUnreachable
 from ansible_collections.spur.cluster.plugins.module_utils.spur_model import (
     CONTROLLER_GRPC_PORT,
@@ -65,22 +65,36 @@ def controller_endpoints(params: dict) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------- HTTP probes
 
 
-_TLS_CONTEXT: list = []
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A probe's answer is its own status: a redirect is returned as it came (an HTTPError), never followed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
 
 
-def _tls_context():
-    """One TLS context per process: building one reads the CA store, which costs more than a probe."""
-    if not _TLS_CONTEXT:
-        _TLS_CONTEXT.append(make_context())
-    return _TLS_CONTEXT[0]
+_OPENERS: dict = {}
+
+
+def _opener(https: bool):
+    """One opener per process and scheme, without proxies (the probes are on the cluster's own network). The
+    standard library's urllib, not ansible.module_utils.urls: every module call would compile that from source,
+    and build a TLS context (reading the CA store) that a plain-HTTP probe never uses."""
+    if https not in _OPENERS:
+        handlers = [urllib.request.ProxyHandler({}), _NoRedirect()]
+        if https:
+            import ssl
+
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+        _OPENERS[https] = urllib.request.build_opener(*handlers)
+    return _OPENERS[https]
 
 
 def http_get(url: str, timeout: float) -> tuple[int, str]:
     """(status, body) of a GET; any HTTP status is an answer. Raises SpurUnreachable when nothing answers."""
+    request = urllib.request.Request(url, headers={"User-Agent": "spur.cluster"})
     try:
-        response = Request().open("GET", url, timeout=timeout, use_proxy=False, follow_redirects="none",
-                                  http_agent="spur.cluster", context=_tls_context())
-        return response.getcode(), response.read().decode("utf-8", "replace")
+        with _opener(url.startswith("https://")).open(request, timeout=timeout) as response:
+            return response.getcode(), response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         try:
             body = exc.read().decode("utf-8", "replace")
@@ -91,7 +105,7 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
         raise SpurUnreachable("%s: %s" % (url, exc.reason)) from None
     except (socket.timeout, TimeoutError):
         raise SpurUnreachable("%s: no answer within %.1f s" % (url, timeout)) from None
-    except (OSError, ValueError, UrlConnectionError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, reset, a garbled answer
         raise SpurUnreachable("%s: %s" % (url, exc)) from None
 
 

@@ -28,7 +28,8 @@ _RUNNER = r"""
 import json, sys
 from pathlib import Path
 args = json.loads(sys.argv[1])
-sys.path.insert(0, args["wheel"])
+if args["wheel"]:
+    sys.path.insert(0, args["wheel"])
 from spur_hpc.release import install
 from spur_hpc.release.manifest import ReleaseError
 quiet = lambda message: None
@@ -180,7 +181,12 @@ class ReleaseInstall:
             wheel = os.path.join(params["prefix"], "current", "lib")
             release = dict(wheel=self.installed_site_packages(wheel))
         python = params.get("python") or sys.executable
-        args = dict(action=action, wheel=release["wheel"], src=params.get("src"), prefix=params["prefix"],
+        wheel = release["wheel"]
+        if action == "switch":
+            # The staged release's own venv has its installer compiled; from the wheel, zipimport would compile
+            # it from source in every call.
+            python, wheel = os.path.join(params["prefix"], "releases", release["release_id"], "bin", "python"), None
+        args = dict(action=action, wheel=wheel, src=params.get("src"), prefix=params["prefix"],
                     bin_dir=params.get("bin_dir"), python=params.get("python"),
                     release_id=release.get("release_id"))
         try:
