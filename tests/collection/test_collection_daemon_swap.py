@@ -68,3 +68,40 @@ def test_no_hold_without_hold_node_and_no_restart_after_a_failed_switch(calls):
     assert [c[0] for c in calls] == ["hold", "switch"]
     assert failed.value.fail_result()["msg"] == (
         "switching to the staged release (spurd not restarted): the release installer failed (exit 1): boom")
+
+
+def test_an_agents_turn_waits_in_the_call_until_the_node_registers_at_the_target(calls, fake_cluster, controller):
+    """wait_registered: the real look (spur_node_info's, against a controller whose state is the real one and
+    an agent probe) after the restart, until the node is registered at the target and its agent says so too."""
+    import threading
+
+    from collection_fakes import ProbeServer, conn
+
+    controller.add_node("n1")  # registered at 1.0.0, build build-a
+    job = controller.start_job("n1")
+    status = {"node": "n1", "registered": True, "version": "0.9.0", "build": "old",
+              "running_jobs": [{"job_id": job, "attempt": 1, "supervisor_pid": 4242}]}  # fmt: skip
+    agent = ProbeServer({"/status": (200, status)})
+    params = dict(PARAMS, **conn(fake_cluster),
+                  wait_registered={"node": "n1", "agent_probe": agent.url, "version": "1.0.0", "build": "build-a",
+                                   "timeout": 10.0, "poll_interval": 0.05})  # fmt: skip
+    try:
+        # the agent's probe still reports the old release for a moment after the restart
+        later = threading.Timer(0.4, lambda: agent.routes.update({"/status": (200, dict(status, version="1.0.0"))}))
+        later.start()
+        result = spur_daemon_swap.swap(params, None)
+        later.join()
+        assert not result.get("failed"), result
+        assert [s["step"] for s in result["steps"]] == ["dispatch_hold", "switch", "swap", "started", "registered"]
+        assert result["steps"][-1]["kind"] == "gate" and result["steps"][-1]["secs"] >= 0.3
+        (node,) = result["nodes"]
+        assert node["name"] == "n1" and node["running_jobs"] == status["running_jobs"]
+
+        # a node that never gets there fails the call with what was missing, once the timeout has passed
+        stuck = dict(params, wait_registered=dict(params["wait_registered"], version="2.0.0", timeout=0.3))
+        failed = spur_daemon_swap.swap(stuck, None)
+    finally:
+        agent.close()
+    assert failed["failed"] and failed["msg"] == (
+        "spurd restarted on the target release, but node n1 did not register at it within 0.3 s: "
+        "node n1 registered at 1.0.0 (build build-a), not at the target 2.0.0 (build build-a)")

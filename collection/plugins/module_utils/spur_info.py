@@ -87,6 +87,45 @@ class NodeInfo:
         )
 
 
+def registration_problem(node: dict, expect: dict) -> str | None:
+    """Why node (a record as NodeInfo gives it) is not yet registered at expect's version and build; None once it
+    is, by the controllers' list and, when expect names the agent's probe, by the agent's own /status."""
+    name = expect["node"]
+    if not node:
+        return "the controllers do not list node %s" % name
+    if not node.get("registered"):
+        return "the controllers list node %s as not registered" % name
+    if (node.get("version"), node.get("build")) != (expect["version"], expect["build"]):
+        return "node %s registered at %s (build %s), not at the target %s (build %s)" % (
+            name, node.get("version"), node.get("build"), expect["version"], expect["build"])
+    if expect.get("agent_probe"):
+        agent = node.get("agent") or {}
+        if not agent.get("reachable"):
+            return "the agent's probe %s does not answer: %s" % (expect["agent_probe"], agent.get("error") or "?")
+        if agent.get("version") != expect["version"]:
+            return "the agent of node %s reports version %s on its probe, not %s" % (
+                name, agent.get("version"), expect["version"])
+    return None
+
+
+def wait_registered(params: dict, expect: dict, clock=time.monotonic, sleep=time.sleep) -> tuple[dict, str | None]:
+    """Look at expect's node (as spur_node_info does) every poll_interval seconds until registration_problem finds
+    none or timeout seconds have passed -> (the last record, None or why it is not registered). A controller
+    that does not answer meanwhile is one more reason to look again, not a failure."""
+    look = dict(params, names=[expect["node"]], agent_probes=[expect["agent_probe"]] if expect.get("agent_probe") else [])
+    deadline = clock() + expect["timeout"]
+    while True:
+        try:
+            nodes = NodeInfo(look).run()["nodes"]
+            node = nodes[0] if nodes else {}
+            problem = registration_problem(node, expect)
+        except SpurError as exc:
+            node, problem = {}, exc.message
+        if problem is None or clock() >= deadline:
+            return node, problem
+        sleep(expect["poll_interval"])
+
+
 class ClusterHealth:
     """spur_cluster_health: wait until one leader has kept its term for stable_for seconds, every member is
     within max_lag entries, and the expected nodes are registered."""

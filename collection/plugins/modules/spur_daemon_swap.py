@@ -20,6 +20,8 @@ description:
   - A step that fails stops there; the daemon is restarted only once the switch succeeded, so a failed switch
     leaves the old process running. A hold set before a failed switch ends when the node's agent registers
     again or after the controllers' C(heartbeat_timeout_secs).
+  - With O(wait_registered), it then waits until the controllers list the agent's node registered at the target
+    release.
   - Returns how long each step took (RV(steps)), which the rolling upgrade's event log (the spur_upgrade_log
     callback) records as separate steps.
 author:
@@ -84,6 +86,38 @@ options:
       - An agent's node to hold new dispatch to before the restart, until its agent registers again (or at most
         the controllers' C(heartbeat_timeout_secs)). Omitted, nothing is held (a controller's turn, or drained).
     type: str
+  wait_registered:
+    description:
+      - After C(spurd)'s restart, wait until the controllers list O(wait_registered.node) registered at
+        O(wait_registered.version) and O(wait_registered.build) (and, with O(wait_registered.agent_probe), until
+        the agent's own C(/status) reports that version), as the C(registered) step (the gate of an agent's turn,
+        polled here instead of by a task that Ansible runs again each second). Its record is returned in RV(nodes).
+      - Omitted, the module returns once the daemon's probe answers.
+    type: dict
+    suboptions:
+      node:
+        description: The node's name.
+        type: str
+        required: true
+      agent_probe:
+        description: The agent's probe address (host:port).
+        type: str
+      version:
+        description: The version the node must register with.
+        type: str
+        required: true
+      build:
+        description: The build the node must register with.
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait after the restart; then the module fails, saying what was missing.
+        type: float
+        default: 60
+      poll_interval:
+        description: Seconds between two looks.
+        type: float
+        default: 0.25
   hold_on_unsupported:
     description:
       - What to do when the cluster's WAL level is below the hold's (4), as O(spur.cluster.spur_dispatch_hold#module:on_unsupported).
@@ -108,7 +142,7 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Hold, switch and restart spurd on the staged release
+- name: Hold, switch and restart spurd on the staged release, then wait until the node registers at it
   spur.cluster.spur_daemon_swap:
     controllers: "{{ spur_controller_probes }}"
     name: spurd
@@ -120,14 +154,21 @@ EXAMPLES = r"""
       src: /var/tmp/spur-release-0.2.0
       prefix: /opt/spur
     hold_node: node-3
+    wait_registered:
+      node: node-3
+      agent_probe: 127.0.0.1:6823
+      version: 0.2.0
+      build: 3f2a9c1d
+      timeout: 60
 """
 
 RETURN = r"""
 steps:
   description:
-    - The steps done, in order, each with C(step) (V(dispatch_hold), V(switch), V(swap), V(started)), C(kind)
-      (V(info), V(work) or V(gate)) and C(secs). V(swap) is the stop and the spawn; V(started) is the daemon's own
-      start until its probe answered.
+    - The steps done, in order, each with C(step) (V(dispatch_hold), V(switch), V(swap), V(started),
+      V(registered)), C(kind) (V(info), V(work) or V(gate)) and C(secs). V(swap) is the stop and the spawn;
+      V(started) is the daemon's own start until its probe answered; V(registered) (with O(wait_registered)) the
+      wait until the controllers listed the node at the target.
   returned: success
   type: list
   elements: dict
@@ -148,6 +189,12 @@ start_secs:
   description: Seconds from the start request until the probe answered.
   returned: success
   type: float
+nodes:
+  description: With O(wait_registered), the node as M(spur.cluster.spur_node_info) returns it (with the agent's
+    running jobs and their supervisors), at the last look.
+  returned: when O(wait_registered) is given
+  type: list
+  elements: dict
 """
 
 import time
@@ -155,6 +202,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurError, connection_argument_spec
 from ansible_collections.spur.cluster.plugins.module_utils.spur_dispatch import DispatchHold
+from ansible_collections.spur.cluster.plugins.module_utils.spur_info import wait_registered
 from ansible_collections.spur.cluster.plugins.module_utils.spur_release import ReleaseInstall
 from ansible_collections.spur.cluster.plugins.module_utils.spur_service import restart
 
@@ -176,6 +224,14 @@ def argument_spec() -> dict:
             python=dict(type="path"),
         )),
         hold_node=dict(type="str"),
+        wait_registered=dict(type="dict", options=dict(
+            node=dict(type="str", required=True),
+            agent_probe=dict(type="str"),
+            version=dict(type="str", required=True),
+            build=dict(type="str", required=True),
+            timeout=dict(type="float", default=60),
+            poll_interval=dict(type="float", default=0.25),
+        )),
         hold_on_unsupported=dict(type="str", choices=["fail", "skip"], default="skip"),
     )
     return spec
@@ -218,6 +274,15 @@ def swap(params: dict, run_command, clock=time.monotonic) -> dict:
     steps.append(dict(step="swap", kind="work", secs=round(max(0.0, clock() - since - start_secs), 3)))
     steps.append(dict(step="started", kind="gate", secs=start_secs))
     result.update(restarted, changed=True)
+    expect = params.get("wait_registered")
+    if expect:
+        since = clock()
+        node, problem = wait_registered(params, expect, clock)
+        result["nodes"] = [node] if node else []
+        if problem:
+            return dict(result, failed=True, msg="%s restarted on the target release, but node %s did not register "
+                        "at it within %g s: %s" % (params["name"], expect["node"], expect["timeout"], problem))
+        steps.append(dict(step="registered", kind="gate", secs=round(clock() - since, 3)))
     return result
 
 
