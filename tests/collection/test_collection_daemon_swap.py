@@ -105,3 +105,7 @@ def test_an_agents_turn_waits_in_the_call_until_the_node_registers_at_the_target
     assert failed["failed"] and failed["msg"] == (
         "spurd restarted on the target release, but node n1 did not register at it within 0.3 s: "
         "node n1 registered at 1.0.0 (build build-a), not at the target 2.0.0 (build build-a)")
+    calls.clear()
+    with pytest.raises(SpurError, match="wait_registered.poll_interval must not be negative"):
+        spur_daemon_swap.swap(dict(params, wait_registered=dict(params["wait_registered"], poll_interval=-1)), None)
+    assert calls == []  # refused before anything was held, switched or restarted

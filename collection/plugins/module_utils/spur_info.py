@@ -108,6 +108,14 @@ def registration_problem(node: dict, expect: dict) -> str | None:
     return None
 
 
+def check_wait_registered(expect: dict) -> None:
+    """Refuse a negative timeout or poll interval before anything is done."""
+    for key in ("timeout", "poll_interval"):
+        if expect[key] < 0:
+            raise SpurInvalid("wait_registered.%s must not be negative, not %s" % (key, expect[key]),
+                              override="wait_registered")
+
+
 def wait_registered(params: dict, expect: dict, clock=time.monotonic, sleep=time.sleep) -> tuple[dict, str | None]:
     """Look at expect's node (as spur_node_info does) every poll_interval seconds until registration_problem finds
     none or timeout seconds have passed -> (the last record, None or why it is not registered). A controller

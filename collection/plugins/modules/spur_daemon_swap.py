@@ -202,7 +202,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.spur.cluster.plugins.module_utils.spur_client import SpurError, connection_argument_spec
 from ansible_collections.spur.cluster.plugins.module_utils.spur_dispatch import DispatchHold
-from ansible_collections.spur.cluster.plugins.module_utils.spur_info import wait_registered
+from ansible_collections.spur.cluster.plugins.module_utils.spur_info import check_wait_registered, wait_registered
 from ansible_collections.spur.cluster.plugins.module_utils.spur_release import ReleaseInstall
 from ansible_collections.spur.cluster.plugins.module_utils.spur_service import restart
 
@@ -245,6 +245,8 @@ def swap(params: dict, run_command, clock=time.monotonic) -> dict:
     def step(name: str, kind: str, since: float) -> None:
         steps.append(dict(step=name, kind=kind, secs=round(clock() - since, 3)))
 
+    if params.get("wait_registered"):
+        check_wait_registered(params["wait_registered"])  # before anything is held, switched or restarted
     since = clock()
     if params.get("hold_node"):
         try:
