@@ -279,3 +279,60 @@ def test_supervisor_survives_the_death_of_its_launcher(tmp_path: Path, work: Pat
         if launcher.poll() is None:
             launcher.kill()
         kill_leftovers(state, node)
+
+
+def test_a_steps_end_is_recorded_only_after_srun_has_every_tasks_status(tmp_path: Path, work: Path) -> None:
+    """srun takes a step that ended with no EXIT frame from a task as failed (the batch script then fails too), so
+    the EXIT frames go out before the result exists: here srun's port refuses connections until a second after
+    the task has ended, and the supervisor, released by "spurd" as soon as its result exists, must not exit first."""
+    import socket
+    import threading
+
+    from spur_hpc import stepio
+    from spur_hpc.stepd.session import create_session, open_state_dir, write_step_launch
+
+    srun = socket.socket()
+    srun.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused, as while srun starts
+    node, state = unique_node(), tmp_path / "state"
+    state.mkdir()
+    state_fd = open_state_dir(str(state))
+    try:
+        session = create_session(state_fd, str(state), 51, 1, "0")
+    finally:
+        os.close(state_fd)
+    step = {
+        "step_id": "0", "name": "s", "nodes": [node], "tasks": 1, "cpus_per_task": 1, "task_ids": [0],
+        "node_index": 0, "argv": ["true"], "environment": {}, "work_dir": str(work),
+        "io_address": f"127.0.0.1:{srun.getsockname()[1]}", "io_token": "t0k3n", "stdout_path": "",
+        "stderr_path": "", "kill_on_bad_exit": False,
+    }  # fmt: skip
+    spec = {"name": "s", "user": "root", "time_limit_secs": 0, "environment": {}}
+    write_step_launch(session, node, [node], spec, step)
+    frames: list[tuple[int, int, bytes]] = []
+
+    def listen_late() -> None:
+        time.sleep(1.0)
+        srun.listen(1)
+        srun.settimeout(20)
+        conn, _ = srun.accept()
+        reader = stepio.FrameReader()
+        while data := conn.recv(65536):
+            frames.extend(reader.feed(data))
+        conn.close()
+
+    listener = threading.Thread(target=listen_late, daemon=True)
+    listener.start()
+    try:
+        sup = launch_supervisor(session, node)
+        assert sup.handshake["ok"], sup.handshake
+        result = sup.wait_result(timeout=30)
+        assert result["state"] == "COMPLETED", result
+        assert sup.call("release")["ok"]
+        wait_until(lambda: not pid_alive(sup.pid), 10, "the supervisor to exit after release")
+        listener.join(10)
+        kinds = [(kind, task) for kind, task, _payload in frames]
+        assert kinds == [(stepio.HELLO, 0), (stepio.EXIT, 0)], f"srun received {frames}; log: {sup.log_text()}"
+        assert json.loads(frames[1][2]) == {"exit_code": 0, "signal": 0}
+    finally:
+        srun.close()
+        kill_leftovers(state, node)

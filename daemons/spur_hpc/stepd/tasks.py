@@ -34,6 +34,10 @@ from spur_hpc.stepd.tracking import ProcessTreeTracker
 log = logging.getLogger("spurstepd")
 
 CONNECT_SECS = 10.0  # how long a supervisor tries to reach srun's listener
+# How long the step's end waits for the I/O thread to deliver the last output and the EXIT frames: srun must
+# have its tasks' statuses before the controller records the step as ended (it takes a step that ended with
+# no status from a task as a failure).
+IO_DRAIN_SECS = CONNECT_SECS + 5.0
 READ_CHUNK = stepio.MAX_PAYLOAD
 
 
@@ -85,6 +89,7 @@ class StepSupervisor(Supervisor):
         self._io_wake_r, self._io_wake_w = os.pipe()
         os.set_blocking(self._io_wake_r, False)
         os.set_blocking(self._io_wake_w, False)
+        self._io_thread: threading.Thread | None = None
 
     # -------------------------------------------------------------- preparing
 
@@ -153,7 +158,8 @@ class StepSupervisor(Supervisor):
                 " ".join(step["argv"])[:200],
                 self.tracker.describe(),
             )
-        threading.Thread(target=self._io_loop, name="step-io", daemon=True).start()
+        self._io_thread = threading.Thread(target=self._io_loop, name="step-io", daemon=True)
+        self._io_thread.start()
 
     def _output_paths(self, task: int) -> tuple[str, str]:
         assert self.ident is not None
@@ -382,6 +388,21 @@ class StepSupervisor(Supervisor):
 
     # -------------------------------------------------------------- the end
 
+    def _drain_io(self) -> None:
+        """Let the I/O thread send what is left before the result exists: once spurd collects the result this
+        process exits, and a daemon thread still connecting or sending would die with it."""
+        thread = self._io_thread
+        if thread is None:
+            return
+        thread.join(IO_DRAIN_SECS)
+        if thread.is_alive():
+            log.warning(
+                "step %d.%s: srun still had not taken every task's output and status after %.0f s; ending without",
+                self.job_id,
+                self.session.step,
+                IO_DRAIN_SECS,
+            )
+
     def _finish(self) -> dict[str, Any]:
         end_time = time.time()
         if self.tracker.alive():
@@ -397,6 +418,7 @@ class StepSupervisor(Supervisor):
                 self._reap()
                 time.sleep(0.02)
         self._reap()
+        self._drain_io()
         oom_reason = self._oom_reason()  # read before the cgroup goes
         self.tracker.cleanup()
         if self.enforcer is not None:
